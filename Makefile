@@ -1,0 +1,68 @@
+# qwen-npu: the verbs. `make help` lists them.
+#
+# One virtual environment, .venv/, holds everything the tests and tools need (the CPU torch wheel,
+# SGLang's real modules, the project with all extras, the linters). `make setup` builds it once and
+# again only when a pin changes; every target below depends on it, so any target works on a fresh
+# clone. Parts add their own targets in mk/<part>.mk and register them in TEST_DEPS / PERF_TARGETS.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+include docker/versions.env
+
+PYTHON ?= $(shell command -v python$(TEST_PYTHON_VERSION) 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+# pip's local mirrors on some machines print one warning per package: keep the log readable.
+QUIET_PIP := 2>&1 | { grep -v -e "is ignored: it is neither a file nor a directory" -e "^$$" || true; }; exit $${PIPESTATUS[0]}
+OUT := out
+
+TEST_DEPS :=
+PERF_TARGETS :=
+
+.PHONY: help setup test lint fmt perf clean
+
+# The parts' targets (they add to TEST_DEPS and PERF_TARGETS, so this comes before the rules that read them).
+include $(sort $(wildcard mk/*.mk))
+
+help: ## list the verbs
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort -u | \
+		awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## build .venv (CPU torch, SGLang $(SGLANG_VERSION) modules, qwen-npu with all extras)
+
+$(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
+	@echo ">> creating $(VENV) with $(PYTHON) ($$($(PYTHON) --version))"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo ">> torch==$(TEST_TORCH_VERSION) (the CPU wheel; pip, not uv)"
+	@$(PIP) install -q --progress-bar off torch==$(TEST_TORCH_VERSION) $(QUIET_PIP)
+	@echo ">> sglang==$(SGLANG_VERSION) without its GPU dependencies, then what its modules import on CPU"
+	@$(PIP) install -q --progress-bar off --no-deps sglang==$(SGLANG_VERSION) $(QUIET_PIP)
+	@$(PIP) install -q --progress-bar off -r requirements/sglang-cpu.txt $(QUIET_PIP)
+	@echo ">> qwen-npu (editable) with every extra"
+	@$(PIP) install -q --progress-bar off -e '.[sidecar,sim,bench,observability,dev]' $(QUIET_PIP)
+	@$(BIN)/python -c "import torch, sglang, qwen_npu; assert torch.__version__.startswith('$(TEST_TORCH_VERSION)'), torch.__version__" \
+		|| { echo "setup: the environment does not import; see the pip output above"; exit 1; }
+	@touch $@
+	@echo ">> $(VENV) ready"
+
+test: $(STAMP) $(TEST_DEPS) ## run every test (what CI runs)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: $(STAMP) ## format the code with ruff
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+perf: $(STAMP) $(PERF_TARGETS) ## run the benchmarks; figures land in out/perf/
+	@echo ">> perf figures:"; ls -1 $(OUT)/perf 2>/dev/null | sed 's/^/   out\/perf\//'
+
+clean: ## remove generated output (keeps .venv)
+	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache
+

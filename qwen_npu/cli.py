@@ -1,0 +1,62 @@
+"""The one command line, ``qwen-npu <verb>``.
+
+Each verb lives in the part that owns it; this module only dispatches, importing the verb's module
+lazily so that ``qwen-npu preflight`` in the engine image never imports the sidecar's libraries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# verb -> (module, one-line help). Each module exposes ``main(argv: list[str]) -> int``.
+VERBS: dict[str, tuple[str, str]] = {
+    "preflight": ("qwen_npu.patches.preflight.cli", "check a checkpoint before a long model load"),
+    "ub-plan": ("qwen_npu.patches.ub_plan", "plan the mamba scatter's h_block_size for the UB"),
+    "patches": ("qwen_npu.patches.cli", "list, verify and explain the runtime patches"),
+    "sim": ("qwen_npu.serve.sim.cli", "run the SGLang-protocol simulator (tests and demos)"),
+    "sidecar": ("qwen_npu.serve.sidecar.cli", "run the health and metrics sidecar"),
+    "bench": ("qwen_npu.loadtest.cli", "run the load test and print the table"),
+    "dashboards": ("qwen_npu.serve.observability.cli", "generate dashboards and alert rules"),
+}
+
+
+def _usage() -> str:
+    width = max(len(v) for v in VERBS)
+    lines = ["usage: qwen-npu <verb> [options]", "", "verbs:"]
+    lines += [f"  {verb.ljust(width)}  {help_}" for verb, (_, help_) in VERBS.items()]
+    lines += ["", "Run 'qwen-npu <verb> --help' for a verb's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from qwen_npu import __version__
+
+        print(__version__)
+        return 0
+    verb, rest = args[0], args[1:]
+    if verb not in VERBS:
+        print(f"qwen-npu: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, _ = VERBS[verb]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        print(
+            f"qwen-npu {verb}: cannot import {module_name} ({exc}). "
+            "Install the part's extra, e.g. pip install 'qwen-npu[sidecar]', or run make setup.",
+            file=sys.stderr,
+        )
+        return 2
+    entry: Callable[[list[str]], int] = module.main
+    return int(entry(rest) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""What runs beside the engine: the sidecar, the simulator, the metric catalogue, dashboards, alerts."""

@@ -1,0 +1,39 @@
+"""Shared test fixtures: the repository root, the versions file, and the test stand-ins' path.
+
+tests/stubs/ holds stand-ins for packages that cannot run on a CPU machine (see its README). It is
+appended to sys.path, so a real installation always wins.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STUBS = REPO / "tests" / "stubs"
+
+if str(STUBS) not in sys.path:
+    sys.path.append(str(STUBS))
+
+
+def read_versions(path: Path = REPO / "docker" / "versions.env") -> dict[str, str]:
+    """Parse docker/versions.env (KEY=VALUE lines, # comments)."""
+    versions: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            versions[key.strip()] = value.strip()
+    return versions
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def versions() -> dict[str, str]:
+    return read_versions()

@@ -1,0 +1,35 @@
+"""The shape of one metric declaration, shared by every list of metrics the project knows.
+
+Two lists use it: ``serve/sglang_metrics.py`` (SGLang's own ``sglang:*`` names, which the simulator
+exports and dashboards query) and ``serve/catalogue.py`` (the sidecar's ``qwen_npu_*`` metrics).
+Dashboards, alerts and tests read those lists, so a renamed metric breaks a test, not a dashboard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricKind = Literal["gauge", "counter", "histogram", "info"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported metric.
+
+    ``name`` is the series name as Prometheus stores it: counters end in ``_total``; a histogram's
+    name is its base (``_bucket``, ``_sum`` and ``_count`` follow from it).
+    """
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+    unit: str = ""  # Grafana unit id for panels: "s", "bytes", "percentunit", "short", "reqps", ...
+
+    def series_names(self) -> tuple[str, ...]:
+        """Every series name this metric produces in the exposition format."""
+        if self.kind == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)

@@ -1,0 +1,85 @@
+"""Repository rules that a reviewer would otherwise check by hand.
+
+The README's first commands, CI calling the same test command, the versions file being the one
+source of pins for the test environment, module docstrings, nothing reading ../shared at run time,
+and ruff/mypy staying clean under the repository's own configuration.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, read_versions
+
+PACKAGE = REPO / "qwen_npu"
+
+
+def _python_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_readme_opens_with_demo_and_test_commands() -> None:
+    text = (REPO / "README.md").read_text()
+    first_block = re.search(r"```(?:bash|sh)?\n(.*?)```", text, re.S)
+    assert first_block, "README.md must open with a code block of commands"
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
+    assert commands[:2] == ["make demo", "make test"]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    assert re.search(r"^make test\b", ci, re.M)
+
+
+def test_every_module_says_why_it_exists() -> None:
+    missing = [
+        str(path.relative_to(REPO))
+        for path in _python_files(PACKAGE)
+        if path.stat().st_size > 0 and ast.get_docstring(ast.parse(path.read_text())) is None
+    ]
+    assert missing == [], f"modules without a docstring: {missing}"
+
+
+def test_nothing_reads_the_shared_folder() -> None:
+    offenders = []
+    for root in (PACKAGE, REPO / "tests", REPO / "mk", REPO / "docker", REPO / "helm"):
+        for path in root.rglob("*"):
+            if path.is_file() and path.suffix in {".py", ".mk", ".sh", ".yaml", ".tpl", ""}:
+                if path == Path(__file__):
+                    continue
+                text = path.read_text(errors="ignore")
+                if "../shared" in text or "/work/shared" in text:
+                    offenders.append(str(path.relative_to(REPO)))
+    for name in ("Makefile", ".ci/run"):
+        if "shared/" in (REPO / name).read_text():
+            offenders.append(name)
+    assert offenders == []
+
+
+def test_test_environment_matches_the_versions_file() -> None:
+    pins = read_versions()
+    assert importlib.metadata.version("sglang") == pins["SGLANG_VERSION"]
+    assert importlib.metadata.version("torch").split("+")[0] == pins["TEST_TORCH_VERSION"]
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" == pins["TEST_PYTHON_VERSION"]
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_is_clean() -> None:
+    bin_dir = Path(sys.executable).parent
+    check = _run(str(bin_dir / "ruff"), "check", ".")
+    assert check.returncode == 0, check.stdout + check.stderr
+    fmt = _run(str(bin_dir / "ruff"), "format", "--check", ".")
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_mypy_is_clean() -> None:
+    result = _run(str(Path(sys.executable).parent / "mypy"))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

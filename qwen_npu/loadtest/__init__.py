@@ -1,1 +1,1 @@
-"""The locust load test behind `make bench`, its dataset, metrics, report and baseline comparison."""
+"""The locust load test behind `make bench`: dataset, metrics, report, baseline comparison."""

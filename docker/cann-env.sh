@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# The CANN environment for every process of the engine container.
+#
+# Why this file exists: the CANN base image sets most Ascend variables with ENV, but the rest (the
+# BiSheng compiler that triton-ascend needs, the ATB/NNAL libraries) only come from sourcing its
+# set_env scripts, which the base image does in ~/.bashrc and /etc/profile: interactive shells only.
+# The engine entrypoint sources this file before it starts SGLang, and BASH_ENV points here, so
+# `kubectl exec ... -- bash -c '...'` gets the same environment.
+#
+# Inputs (environment):
+#   QWEN_NPU_CANN_ENV_SCRIPTS  space-separated set_env scripts, sourced in order (the image sets it)
+#   ATB_CXX_ABI                passed to the NNAL/ATB script as --cxx_abi (default 1)
+#   QWEN_NPU_CANN_ENV_WARN=1   print one key=value line per missing script (the entrypoint sets it)
+# Output: QWEN_NPU_CANN_ENV_LOADED=1 is exported so children do not source it again.
+
+qwen_npu_load_cann_env() {
+    local script saved_opts
+    saved_opts=$(set +o)
+    set +eu
+    for script in ${QWEN_NPU_CANN_ENV_SCRIPTS:-/usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh}; do
+        if [ ! -r "$script" ]; then
+            if [ "${QWEN_NPU_CANN_ENV_WARN:-0}" = 1 ]; then
+                echo "qwen-npu-entrypoint level=warn event=cann_env_missing script=$script" \
+                    "action=\"check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)\"" >&2
+            fi
+            continue
+        fi
+        case "$script" in
+            */nnal/atb/set_env.sh)
+                # shellcheck disable=SC1090 # the scripts come from the CANN base image
+                . "$script" "--cxx_abi=${ATB_CXX_ABI:-1}"
+                ;;
+            *)
+                # shellcheck disable=SC1090
+                . "$script"
+                ;;
+        esac
+    done
+    eval "$saved_opts"
+    export QWEN_NPU_CANN_ENV_LOADED=1
+}
+
+if [ "${QWEN_NPU_CANN_ENV_LOADED:-0}" != 1 ]; then
+    qwen_npu_load_cann_env
+fi

@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+# The qwen-npu sidecar image: `qwen-npu sidecar` (health probes, /status, qwen_npu_* metrics) beside
+# the engine. No torch, no SGLang: qwen-npu[sidecar] only, pinned by docker/sidecar-constraints.txt.
+# Non-root, nothing written at run time (read-only root file system), under 200 MB.
+#   make image-sidecar
+# Versions default to docker/versions.env; `make image-sidecar` passes them again from that file.
+
+ARG SIDECAR_PYTHON_VERSION=3.11
+ARG SIDECAR_DEBIAN_RELEASE=bookworm
+
+FROM python:${SIDECAR_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+ARG PIP_INDEX_URL=https://pypi.org/simple
+COPY pyproject.toml README.md /src/
+COPY qwen_npu /src/qwen_npu
+COPY docker/sidecar-constraints.txt /src/docker/sidecar-constraints.txt
+# The wheel first, then the venv from the wheel (what a user installs); pip itself is dropped.
+RUN python -m pip wheel --index-url "${PIP_INDEX_URL}" --no-deps -w /dist /src \
+    && python -m venv /opt/venv \
+    && wheel="$(find /dist -name 'qwen_npu-*.whl')" \
+    && /opt/venv/bin/pip install --index-url "${PIP_INDEX_URL}" \
+        -c /src/docker/sidecar-constraints.txt "${wheel}[sidecar]" \
+    && /opt/venv/bin/pip uninstall -y pip setuptools
+
+FROM python:${SIDECAR_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS sidecar
+ARG QWEN_NPU_VERSION=0.1.0
+ARG SIDECAR_PYTHON_VERSION
+ARG SOURCE_URL=unknown
+ARG VCS_REF=unknown
+LABEL org.opencontainers.image.title="qwen-npu-sidecar" \
+      org.opencontainers.image.description="qwen-npu health and metrics sidecar for SGLang on Ascend" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.version="${QWEN_NPU_VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      io.qwen-npu.python.version="${SIDECAR_PYTHON_VERSION}"
+
+RUN groupadd --gid 10001 qwen-npu \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin qwen-npu
+COPY --from=builder /opt/venv /opt/venv
+
+# PYTHONDONTWRITEBYTECODE: the .pyc files were compiled at install time and nothing is written at
+# run time, so the container runs with readOnlyRootFilesystem: true.
+ENV PATH=/opt/venv/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    QWEN_NPU_SIDECAR_PORT=9400
+
+USER 10001:10001
+EXPOSE 9400
+# No curl in the image: the probe is the image's own Python. Kubernetes ignores HEALTHCHECK (the
+# chart's probes call the same /livez); it serves `docker run`.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('QWEN_NPU_SIDECAR_PORT', '9400') + '/livez', timeout=4)"]
+# uvicorn handles SIGTERM itself and the sidecar starts no child process: no init needed.
+ENTRYPOINT ["qwen-npu", "sidecar"]

@@ -1,0 +1,89 @@
+# Images: the engine (CANN + torch_npu + triton-ascend + sgl-kernel-npu + SGLang + patches) and the
+# sidecar. Every pin comes from docker/versions.env (included by the Makefile): each ARG of a
+# Dockerfile that is also a key of that file is passed as --build-arg KEY=<value from the file>.
+#
+#   make image         [REGISTRY=ghcr.io/qwen-npu] [TAG=$(QWEN_NPU_VERSION)] [PLATFORM=linux/amd64|linux/arm64] [CHIP=910b|a3]
+#   make image-sidecar [REGISTRY=...] [TAG=...] [PLATFORM=...]
+#   make push          push both (build them first)
+#   make image-lint    hadolint on both Dockerfiles, shellcheck on every shell script
+# Without a Docker engine the image targets say so in one line and fail (docs/images.md lists what
+# to run on a machine with Docker and an NPU).
+
+REGISTRY ?= ghcr.io/qwen-npu
+TAG ?= $(QWEN_NPU_VERSION)
+CHIP ?= 910b
+PLATFORM ?= linux/$(subst aarch64,arm64,$(subst x86_64,amd64,$(shell uname -m)))
+DOCKER ?= docker
+SOURCE_URL ?= https://github.com/qwen-npu/qwen-npu
+VCS_REF ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+
+# The chip rides in the engine tag except for the default (910b), so the chart's tag stays TAG.
+ENGINE_TAG := $(if $(filter 910b,$(CHIP)),$(TAG),$(TAG)-$(CHIP))
+ENGINE_IMAGE := $(REGISTRY)/engine:$(ENGINE_TAG)
+SIDECAR_IMAGE := $(REGISTRY)/sidecar:$(TAG)
+
+IMAGE_PLATFORMS := linux/amd64 linux/arm64
+IMAGE_CHIPS := 910b a3
+
+VERSION_KEYS := $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' docker/versions.env)
+dockerfile_args = $(shell sed -n 's/^ARG \([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' $(1) | sort -u)
+version_build_args = $(foreach k,$(filter $(VERSION_KEYS),$(call dockerfile_args,$(1))),--build-arg $(k)=$($(k)))
+ENGINE_BUILD_ARGS = $(call version_build_args,docker/engine.Dockerfile) --build-arg CHIP=$(CHIP) \
+	--build-arg SOURCE_URL=$(SOURCE_URL) --build-arg VCS_REF=$(VCS_REF)
+SIDECAR_BUILD_ARGS = $(call version_build_args,docker/sidecar.Dockerfile) \
+	--build-arg SOURCE_URL=$(SOURCE_URL) --build-arg VCS_REF=$(VCS_REF)
+
+# One line and a non-zero exit when no Docker engine answers (no CLI, or no daemon behind it).
+define need_docker
+@$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: no Docker engine answers ('$(DOCKER) info' failed); run it on a machine with Docker, see docs/images.md"; exit 1; }
+endef
+
+define check_platform
+@case " $(IMAGE_PLATFORMS) " in *" $(PLATFORM) "*) ;; *) echo "make $@: PLATFORM=$(PLATFORM) is not one of: $(IMAGE_PLATFORMS); set PLATFORM=linux/amd64 or PLATFORM=linux/arm64"; exit 2;; esac
+endef
+
+.PHONY: image image-sidecar push image-lint images-wheelhouse
+
+image: ## build the engine image (REGISTRY, TAG, PLATFORM, CHIP=910b|a3)
+	$(check_platform)
+	@case " $(IMAGE_CHIPS) " in *" $(CHIP) "*) ;; *) echo "make $@: CHIP=$(CHIP) is not one of: $(IMAGE_CHIPS); set CHIP=910b (Atlas A2) or CHIP=a3 (Atlas A3)"; exit 2;; esac
+	$(need_docker)
+	DOCKER_BUILDKIT=1 $(DOCKER) build --platform $(PLATFORM) -f docker/engine.Dockerfile \
+		$(ENGINE_BUILD_ARGS) -t $(ENGINE_IMAGE) .
+	@echo ">> built $(ENGINE_IMAGE) ($(PLATFORM), $(CHIP)); next: make push, or docs/images.md's checklist"
+
+image-sidecar: ## build the sidecar image (REGISTRY, TAG, PLATFORM)
+	$(check_platform)
+	$(need_docker)
+	DOCKER_BUILDKIT=1 $(DOCKER) build --platform $(PLATFORM) -f docker/sidecar.Dockerfile \
+		$(SIDECAR_BUILD_ARGS) -t $(SIDECAR_IMAGE) .
+	@echo ">> built $(SIDECAR_IMAGE) ($(PLATFORM)); its size must stay under 200 MB: $(DOCKER) image ls $(SIDECAR_IMAGE)"
+
+push: ## push the engine and sidecar images (REGISTRY, TAG, CHIP)
+	$(need_docker)
+	$(DOCKER) push $(ENGINE_IMAGE)
+	$(DOCKER) push $(SIDECAR_IMAGE)
+
+image-lint: $(STAMP) tools-shellcheck ## hadolint both Dockerfiles, shellcheck every shell script
+	$(BIN)/hadolint docker/engine.Dockerfile docker/sidecar.Dockerfile
+	shellcheck -x $(SHELL_SCRIPTS)
+
+# Every shell script of the checkout: *.sh files and files whose first line is a sh/bash shebang.
+SHELL_SCRIPTS = $(shell git ls-files -co --exclude-standard | while read -r f; do \
+	case "$$f" in (*.sh) echo "$$f";; (*) [ -f "$$f" ] && head -n1 "$$f" 2>/dev/null | \
+	grep -qE '^\#!.*[/ ](ba)?sh( |$$)' && echo "$$f";; esac; done)
+
+# The sidecar environment test (tests/docker/test_sidecar_env.py) rebuilds the sidecar's Python
+# environment offline: these are its wheels (the pinned closure plus the build backend).
+WHEELHOUSE := .venv-wheels/sidecar
+images-wheelhouse: $(WHEELHOUSE)/.complete
+
+$(WHEELHOUSE)/.complete: docker/sidecar-constraints.txt pyproject.toml | $(STAMP)
+	@echo ">> downloading the sidecar's pinned wheels into $(WHEELHOUSE) (once)"
+	@mkdir -p $(WHEELHOUSE)
+	@$(PIP) download -q --progress-bar off -d $(WHEELHOUSE) --only-binary=:all: \
+		-r docker/sidecar-constraints.txt \
+		"hatchling==$$(sed -n 's/.*"hatchling==\([^"]*\)".*/\1/p' pyproject.toml)" $(QUIET_PIP)
+	@touch $@
+
+TEST_DEPS += images-wheelhouse tools-shellcheck

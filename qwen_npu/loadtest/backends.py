@@ -1,0 +1,269 @@
+"""Request backends: how one dataset row becomes one streamed HTTP request, timed chunk by chunk.
+
+Two APIs: ``generate`` (SGLang's native ``/generate`` with ``input_ids``, as
+``sglang.benchmark.serving --backend sglang --tokenize-prompt`` sends it) and ``openai``
+(``/v1/completions`` with the token ids as the prompt). Each backend takes a ``requests.Session``
+(locust's ``HttpSession`` is one), posts with ``stream=True`` and reads ``iter_lines()`` so that
+every chunk is stamped when it arrives; locust's FastHttpUser buffers streamed lines and is not
+used.
+
+Timing definitions follow sglang.benchmark.serving: TTFT is the first chunk that carries text; a
+later chunk that adds n tokens contributes n inter-token gaps of gap/n; the latency is the arrival
+of the last line (``[DONE]`` included); the output length is the server's ``completion_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qwen_npu.loadtest.dataset import DatasetRow
+
+if TYPE_CHECKING:  # requests is imported late: locust's gevent patching must come first
+    import requests
+
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class RequestInput:
+    """One request to send: the row plus where to send it."""
+
+    base_url: str
+    row: DatasetRow
+    model: str = "default"
+    index: int = 0
+
+
+@dataclass
+class RequestOutput:
+    """What one request measured. Times are seconds; ``start_time`` is the wall clock."""
+
+    index: int = 0
+    success: bool = False
+    prompt_len: int = 0
+    output_len: int = 0
+    start_time: float = 0.0
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    error: str = ""
+    spec_verify_ct: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "success": self.success,
+            "prompt_len": self.prompt_len,
+            "output_len": self.output_len,
+            "start_time": self.start_time,
+            "ttft": self.ttft,
+            "latency": self.latency,
+            "itl": self.itl,
+            "error": self.error,
+            "spec_verify_ct": self.spec_verify_ct,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestOutput:
+        return cls(
+            index=int(d["index"]),
+            success=bool(d["success"]),
+            prompt_len=int(d["prompt_len"]),
+            output_len=int(d["output_len"]),
+            start_time=float(d["start_time"]),
+            ttft=float(d["ttft"]),
+            latency=float(d["latency"]),
+            itl=[float(x) for x in d["itl"]],
+            error=str(d["error"]),
+            spec_verify_ct=d.get("spec_verify_ct"),
+        )
+
+
+def error_reason(exc: BaseException) -> str:
+    """A short, countable reason for a failed request (the class, not the whole message)."""
+    import requests
+
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return "connection error"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return "timeout"
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "stream broken"
+    if isinstance(exc, ValueError):
+        return "malformed chunk"
+    return type(exc).__name__
+
+
+class Backend(ABC):
+    """A backend contract: the path, the payload, and how to read the streamed chunks."""
+
+    name: str
+    path: str
+
+    @abstractmethod
+    def payload(self, inp: RequestInput) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def read_stream(self, lines: Any, st: float, out: RequestOutput) -> None:
+        """Consume the response's lines, filling ttft, itl, latency and output_len."""
+
+    def request(self, session: requests.Session, inp: RequestInput) -> RequestOutput:
+        """Send one streamed request; never raises: failures come back with a reason.
+
+        The request is fully prepared (body encoded, headers merged, proxies resolved) before the
+        start stamp, so the timings hold the server and the wire, not the client's bookkeeping.
+        """
+        import requests
+
+        out = RequestOutput(index=inp.index, prompt_len=inp.row.prompt_len)
+        out.output_len = inp.row.output_len
+        resp = None
+        try:
+            url = inp.base_url.rstrip("/") + self.path
+            prepared = session.prepare_request(
+                requests.Request(
+                    "POST",
+                    url,
+                    data=json.dumps(self.payload(inp)).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
+            )
+            settings = session.merge_environment_settings(url, {}, True, None, None)
+            settings["stream"] = True
+            out.start_time = time.time()
+            st = time.perf_counter()
+            # requests.Session.send, not locust's HttpSession.request: no per-request bookkeeping
+            # between the stamp and the wire (the locustfile reports to locust's stats itself).
+            resp = requests.Session.send(session, prepared, timeout=REQUEST_TIMEOUT_S, **settings)
+            if resp.status_code != 200:
+                out.error = f"HTTP {resp.status_code}"
+                return out
+            self.read_stream(resp.iter_lines(chunk_size=None), st, out)
+        except Exception as exc:  # a flaky server must not end the run
+            out.error = error_reason(exc)
+            out.success = False
+            return out
+        finally:
+            if resp is not None:
+                resp.close()
+        if out.ttft <= 0.0 and not out.error:
+            out.error = "no token streamed"
+        out.success = not out.error
+        return out
+
+
+def _sse_payload(line: bytes) -> bytes | None:
+    line = line.strip()
+    if not line:
+        return None
+    return line[6:] if line.startswith(b"data: ") else line
+
+
+class GenerateBackend(Backend):
+    """SGLang's native ``/generate``: cumulative text, ``meta_info.completion_tokens`` per chunk."""
+
+    name = "generate"
+    path = "/generate"
+
+    def payload(self, inp: RequestInput) -> dict[str, Any]:
+        return {
+            "input_ids": inp.row.prompt,
+            "sampling_params": {
+                "temperature": 0.0,
+                "max_new_tokens": inp.row.output_len,
+                "ignore_eos": True,
+            },
+            "stream": True,
+        }
+
+    def read_stream(self, lines: Any, st: float, out: RequestOutput) -> None:
+        last_ts = st
+        last_len = 0
+        for line in lines:
+            data = _sse_payload(line)
+            if data is None:
+                continue
+            now = time.perf_counter()
+            out.latency = now - st
+            if data == b"[DONE]":
+                continue
+            chunk = json.loads(data)
+            if "error" in chunk and "text" not in chunk:
+                out.error = "server error in stream"
+                return
+            meta = chunk.get("meta_info") or {}
+            if meta.get("spec_verify_ct") is not None:
+                out.spec_verify_ct = int(meta["spec_verify_ct"])
+            if not chunk.get("text"):
+                continue
+            n = int(meta.get("completion_tokens", last_len + 1))
+            if out.ttft == 0.0:
+                out.ttft = now - st
+            else:
+                new = n - last_len
+                if new == 0:
+                    continue
+                out.itl.extend([(now - last_ts) / new] * new)
+            last_ts = now
+            last_len = n
+            out.output_len = n
+
+
+class OpenAIBackend(Backend):
+    """``/v1/completions`` streamed: one inter-token gap per text chunk, length from ``usage``."""
+
+    name = "openai"
+    path = "/v1/completions"
+
+    def payload(self, inp: RequestInput) -> dict[str, Any]:
+        return {
+            "model": inp.model,
+            "prompt": inp.row.prompt,
+            "max_tokens": inp.row.output_len,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    def read_stream(self, lines: Any, st: float, out: RequestOutput) -> None:
+        last_ts = st
+        for line in lines:
+            data = _sse_payload(line)
+            if data is None:
+                continue
+            now = time.perf_counter()
+            out.latency = now - st
+            if data == b"[DONE]":
+                continue
+            chunk = json.loads(data)
+            if "error" in chunk and "choices" not in chunk:
+                out.error = "server error in stream"
+                return
+            usage = chunk.get("usage")
+            if usage and usage.get("completion_tokens") is not None:
+                out.output_len = int(usage["completion_tokens"])
+            choices = chunk.get("choices") or []
+            if not choices or not choices[0].get("text"):
+                continue
+            if out.ttft == 0.0:
+                out.ttft = now - st
+            else:
+                out.itl.append(now - last_ts)
+            last_ts = now
+
+
+BACKEND_MAPPING: dict[str, type[Backend]] = {"generate": GenerateBackend, "openai": OpenAIBackend}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend registered under ``name``; unknown names raise with the known ones."""
+    try:
+        return BACKEND_MAPPING[name]()
+    except KeyError:
+        known = ", ".join(sorted(BACKEND_MAPPING))
+        raise ValueError(f"API={name!r} is not known; use one of: {known}") from None

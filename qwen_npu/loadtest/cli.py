@@ -1,0 +1,233 @@
+"""``qwen-npu bench``: run the load test, print the table, append the JSONL, compare a baseline.
+
+Exit status: 0 every request succeeded (and no regression against the baseline); 1 some requests
+failed, the baseline comparison found a regression, or the target was not ready; 2 bad input; 130
+interrupted (what was measured is still printed and written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from qwen_npu.loadtest.backends import BACKEND_MAPPING
+from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
+from qwen_npu.loadtest.config import DEFAULT_TARGET, BenchConfig
+from qwen_npu.loadtest.dataset import (
+    DATASET_MAPPING,
+    DEFAULT_VOCAB_SIZE,
+    DatasetError,
+    get_dataset,
+    vocab_size_from_tokenizer,
+)
+from qwen_npu.loadtest.metrics import calculate_metrics
+from qwen_npu.loadtest.report import (
+    RunInfo,
+    append_jsonl,
+    build_record,
+    format_errors,
+    format_table,
+    read_jsonl,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = BenchConfig()
+    p = argparse.ArgumentParser(
+        prog="qwen-npu bench",
+        description="Locust load test with sglang.benchmark.serving's dataset and metrics.",
+    )
+    p.add_argument("--target", default=DEFAULT_TARGET, help="engine base URL (%(default)s)")
+    p.add_argument("--api", default=d.api, choices=sorted(BACKEND_MAPPING))
+    p.add_argument("--concurrency", "-c", type=int, default=d.concurrency, help="closed-loop users")
+    p.add_argument(
+        "--sweep", default=None, help='run once per concurrency, e.g. "1 5 10" (overrides -c)'
+    )
+    p.add_argument("--num-prompts", type=int, default=d.num_prompts)
+    p.add_argument("--input-len", type=int, default=d.input_len)
+    p.add_argument("--output-len", type=int, default=d.output_len)
+    p.add_argument("--range-ratio", type=float, default=d.range_ratio)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--dataset", default=d.dataset, choices=sorted(DATASET_MAPPING))
+    p.add_argument("--tokenizer", default=None, help="folder with tokenizer.json (vocab size)")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help=f"token-id range when no --tokenizer (default {DEFAULT_VOCAB_SIZE})",
+    )
+    p.add_argument("--model", default=d.model, help="model name for API=openai")
+    p.add_argument("--workers", type=int, default=d.workers, help="locust worker processes")
+    p.add_argument("--output", default=None, help="JSONL file to append one line per run to")
+    p.add_argument("--baseline", default=None, help="JSONL with earlier runs to compare against")
+    p.add_argument("--threshold", action="append", default=[], help="key=percent (repeatable)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
+    p.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s, help="seconds")
+    p.add_argument("--tag", default=None, help="free text stored in the JSONL line")
+    return p
+
+
+def _concurrencies(args: argparse.Namespace) -> list[int]:
+    if args.sweep is None:
+        return [args.concurrency]
+    try:
+        values = [int(x) for x in args.sweep.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f'CONCS="{args.sweep}": use integers, e.g. CONCS="1 5 10"') from None
+    if not values:
+        raise ValueError('CONCS is empty: use e.g. CONCS="1 5 10"')
+    return values
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """Validate the flags into a config; bad values raise ValueError with the fix."""
+    if args.tokenizer and args.vocab_size:
+        raise ValueError("pass --tokenizer or --vocab-size, not both")
+    vocab = (
+        vocab_size_from_tokenizer(args.tokenizer)
+        if args.tokenizer
+        else (args.vocab_size or DEFAULT_VOCAB_SIZE)
+    )
+    if args.concurrency < 1:
+        raise ValueError(f"CONC={args.concurrency}: must be at least 1")
+    if args.workers < 0:
+        raise ValueError(f"WORKERS={args.workers}: must be 0 (one process) or more")
+    if not args.target.startswith(("http://", "https://")):
+        raise ValueError(f"TARGET={args.target}: use a URL such as {DEFAULT_TARGET}")
+    config = BenchConfig(
+        target=args.target.rstrip("/"),
+        api=args.api,
+        concurrency=args.concurrency,
+        num_prompts=args.num_prompts,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        range_ratio=args.range_ratio,
+        seed=args.seed,
+        vocab_size=vocab,
+        model=args.model,
+        workers=args.workers,
+        dataset=args.dataset,
+        warmup=not args.no_warmup,
+        ready_timeout_s=args.ready_timeout,
+        tag=args.tag,
+    )
+    get_dataset(config.dataset, config.dataset_config())  # validates the numbers
+    return config
+
+
+def _run_one(config: BenchConfig) -> tuple[dict[str, Any], bool]:
+    from qwen_npu.loadtest import runner  # imports locust (gevent monkey-patching): only here
+    from qwen_npu.loadtest.server_counters import accept_length
+
+    result = runner.run(config)
+    metrics = calculate_metrics(result.outputs, result.duration_s)
+    info = RunInfo(
+        target=config.target,
+        api=config.api,
+        concurrency=config.concurrency,
+        num_prompts=config.num_prompts,
+        input_len=config.input_len,
+        output_len=config.output_len,
+        range_ratio=config.range_ratio,
+        seed=config.seed,
+        vocab_size=config.vocab_size,
+        workers=config.workers,
+        dataset=config.dataset,
+        tag=config.tag,
+    )
+    record = build_record(
+        info,
+        metrics,
+        accept_length=accept_length(result.before, result.after),
+        server_info=result.server_info,
+        interrupted=result.interrupted,
+    )
+    return record, result.interrupted
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+        concs = _concurrencies(args)
+        thresholds = parse_thresholds(args.threshold)
+        baseline_records = read_jsonl(args.baseline) if args.baseline else None
+    except (ValueError, DatasetError, OSError) as exc:
+        print(f"qwen-npu bench: {exc}", file=sys.stderr)
+        return 2
+
+    from qwen_npu.loadtest.runner import TargetNotReady, say
+
+    if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and not args.vocab_size:
+        say(
+            f"bench note=vocab_size={DEFAULT_VOCAB_SIZE} (default); token ids match "
+            "sglang.benchmark.serving's only for a tokenizer of that size: pass TOKENIZER=<dir>"
+        )
+    records: list[dict[str, Any]] = []
+    interrupted = False
+    for conc in concs:
+        try:
+            record, interrupted = _run_one(replace(config, concurrency=conc))
+        except TargetNotReady as exc:
+            say(str(exc))
+            return 1
+        records.append(record)
+        if args.output:
+            append_jsonl(args.output, record)
+        if interrupted:
+            say("bench interrupted=true: the table below holds what was measured")
+            break
+
+    print(format_table(records))
+    for rec in records:
+        errors = format_errors(rec)
+        if errors:
+            print(f"Concurrency {rec['max_concurrency']}:\n{errors}")
+    if args.output:
+        print(f"results appended to {args.output}")
+        if len(records) > 1:
+            from qwen_npu.loadtest.plots import write_html, write_png
+
+            stem = Path(args.output).with_suffix("")
+            png = write_png(records, f"{stem}.png")
+            page = write_html(records, png, f"{stem}.html")
+            print(f"sweep picture: {png}\nsweep report: {page}")
+
+    status = 0
+    if any(r["verdict"] != "pass" for r in records):
+        status = 1
+    if baseline_records is not None:
+        status = max(status, _compare(baseline_records, records, thresholds, args.baseline))
+    if interrupted:
+        return 130
+    verdicts = ",".join(f"{r['max_concurrency']}:{r['verdict']}" for r in records)
+    say(f"bench done verdicts={verdicts} exit={status}")
+    return status
+
+
+def _compare(
+    baseline_records: list[dict[str, Any]],
+    records: list[dict[str, Any]],
+    thresholds: dict[str, float],
+    path: str,
+) -> int:
+    status = 0
+    for rec in records:
+        base = find_baseline(baseline_records, rec)
+        if base is None:
+            print(
+                f"baseline: no line in {path} at concurrency {rec['max_concurrency']} with "
+                f"{rec['random_input_len']} in / {rec['random_output_len']} out; nothing compared"
+            )
+            continue
+        findings = compare(base, rec, thresholds)
+        bad = [f for f in findings if f.regressed]
+        print(f"baseline comparison (concurrency {rec['max_concurrency']}, {path}):")
+        print("\n".join(f.line() for f in findings))
+        if bad:
+            status = 1
+            print(f"baseline: REGRESSION in {', '.join(f.key for f in bad)}")
+    return status

@@ -1,0 +1,206 @@
+"""The locustfile: CONC users, each a closed loop of one streamed request at a time.
+
+Used three ways: by ``qwen-npu bench`` as a library (local runner, or the master of WORKERS local
+worker processes), by those workers (``locust --worker -f <this file>``), and by ``make bench-ui``
+(locust's own web UI, where the dataset cycles until you press stop).
+
+Each user takes the next dataset index from a ticket source (a counter in one process; the master,
+by message, in distributed mode), sends it through the chosen backend with ``HttpUser``'s
+``requests`` session (``stream=True``, ``iter_lines``: chunks stamped on arrival), and hands the
+measured ``RequestOutput`` to a sink (a list in one process; a message to the master otherwise).
+When the tickets run out the user stops. Locust's own statistics get a TTFT and an E2E entry per
+request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import gevent  # type: ignore[import-untyped]
+import requests
+from gevent.event import AsyncResult  # type: ignore[import-untyped]
+from locust import HttpUser, events, task
+from locust.env import Environment
+from locust.exception import StopUser
+from locust.runners import MasterRunner, WorkerRunner
+
+from qwen_npu.loadtest.backends import Backend, RequestInput, RequestOutput, get_backend
+from qwen_npu.loadtest.config import BenchConfig
+from qwen_npu.loadtest.dataset import DatasetRow, get_dataset
+
+MSG_TICKET_REQUEST = "qwen_npu_ticket_request"
+MSG_TICKET = "qwen_npu_ticket"
+MSG_RESULT = "qwen_npu_result"
+
+
+class BenchState:
+    """What the users of one process share: rows, backend, ticket source and result sink."""
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        next_ticket: Callable[[], int | None],
+        sink: Callable[[RequestOutput], None],
+    ) -> None:
+        self.config = config
+        self.rows: list[DatasetRow] = get_dataset(config.dataset, config.dataset_config()).load()
+        self.backend: Backend = get_backend(config.api)
+        self.next_ticket = next_ticket
+        self.sink = sink
+
+
+class CountingTickets:
+    """Indices 0..n-1 once each (gevent is cooperative: no lock needed); ``cycle`` repeats them."""
+
+    def __init__(self, n: int, cycle: bool = False) -> None:
+        self._it = itertools.cycle(range(n)) if cycle else iter(range(n))
+        self.stopped = False
+
+    def __call__(self) -> int | None:
+        if self.stopped:
+            return None
+        return next(self._it, None)
+
+
+class RemoteTickets:
+    """A worker's ticket source: asks the master for the next index and waits for its answer."""
+
+    def __init__(self, runner: WorkerRunner) -> None:
+        self._runner = runner
+        self._waiting: dict[int, AsyncResult] = {}
+        self._ids = itertools.count()
+        runner.register_message(MSG_TICKET, self._on_ticket)
+
+    def _on_ticket(self, environment: Environment, msg: Any, **_: Any) -> None:
+        waiter = self._waiting.pop(int(msg.data["id"]), None)
+        if waiter is not None:
+            waiter.set(msg.data["index"])
+
+    def __call__(self) -> int | None:
+        rid = next(self._ids)
+        waiter: AsyncResult = AsyncResult()
+        self._waiting[rid] = waiter
+        self._runner.send_message(MSG_TICKET_REQUEST, {"id": rid})
+        try:
+            index = waiter.get(timeout=30)
+        except gevent.Timeout:
+            return None
+        return None if index is None else int(index)
+
+
+def serve_tickets(runner: MasterRunner, tickets: Callable[[], int | None]) -> None:
+    """On the master: answer each worker's ticket request with the next index (None = done)."""
+
+    def on_request(environment: Environment, msg: Any, **_: Any) -> None:
+        runner.send_message(
+            MSG_TICKET, {"id": msg.data["id"], "index": tickets()}, client_id=msg.node_id
+        )
+
+    runner.register_message(MSG_TICKET_REQUEST, on_request)
+
+
+def fire_stats(environment: Environment, backend: Backend, out: RequestOutput) -> None:
+    """Report TTFT and E2E to locust's own statistics (its UI, CSV and HTML reports)."""
+    exc = RuntimeError(out.error) if not out.success else None
+    environment.events.request.fire(  # type: ignore[no-untyped-call]
+        request_type="E2E",
+        name=backend.path,
+        response_time=out.latency * 1000.0,
+        response_length=out.output_len,
+        exception=exc,
+        context={},
+    )
+    if out.success:
+        environment.events.request.fire(  # type: ignore[no-untyped-call]
+            request_type="TTFT",
+            name=backend.path,
+            response_time=out.ttft * 1000.0,
+            response_length=0,
+            exception=None,
+            context={},
+        )
+
+
+class BenchUser(HttpUser):
+    """One closed-loop user: next ticket, one streamed request, record it, repeat."""
+
+    host = os.environ.get("QWEN_NPU_BENCH_TARGET", "http://127.0.0.1:30000")
+
+    def on_start(self) -> None:
+        # A plain requests.Session (what HttpUser's client is built on) per user: one kept-alive
+        # connection, and none of HttpSession's per-request bookkeeping inside the timings.
+        self.stream_session = requests.Session()
+
+    def on_stop(self) -> None:
+        self.stream_session.close()
+
+    @task
+    def one_request(self) -> None:
+        state: BenchState | None = getattr(self.environment, "qwen_bench", None)
+        if state is None:
+            raise StopUser()
+        index = state.next_ticket()
+        if index is None:
+            raise StopUser()
+        row = state.rows[index]
+        inp = RequestInput(
+            base_url=self.host or state.config.target,
+            row=row,
+            model=state.config.model,
+            index=index,
+        )
+        out = state.backend.request(self.stream_session, inp)
+        fire_stats(self.environment, state.backend, out)
+        state.sink(out)
+
+    def wait_time(self) -> float:
+        return 0.0
+
+
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
+def _add_arguments(parser: Any, **_: Any) -> None:
+    defaults = BenchConfig()
+    group = parser.add_argument_group("qwen-npu bench")
+    group.add_argument("--api", default=defaults.api, help="generate or openai")
+    group.add_argument("--num-prompts", type=int, default=defaults.num_prompts)
+    group.add_argument("--input-len", type=int, default=defaults.input_len)
+    group.add_argument("--output-len", type=int, default=defaults.output_len)
+    group.add_argument("--range-ratio", type=float, default=defaults.range_ratio)
+    group.add_argument("--seed", type=int, default=defaults.seed)
+    group.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+
+
+@events.init.add_listener  # type: ignore[untyped-decorator]
+def _on_init(environment: Environment, **_: Any) -> None:
+    """Locust's own CLI (a worker of ``qwen-npu bench``, ``make bench-ui``) builds the state."""
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) or getattr(environment, "qwen_bench", None) is not None:
+        return
+    config = BenchConfig.from_env()
+    if isinstance(runner, WorkerRunner):
+        if config is None:
+            return
+        sink: Callable[[RequestOutput], None] = lambda out: runner.send_message(  # noqa: E731
+            MSG_RESULT, out.as_dict()
+        )
+        environment.qwen_bench = BenchState(config, RemoteTickets(runner), sink)  # type: ignore[attr-defined]
+        return
+    opts = environment.parsed_options
+    if config is None and opts is not None:
+        config = BenchConfig(
+            target=environment.host or BenchUser.host,
+            api=opts.api,
+            num_prompts=opts.num_prompts,
+            input_len=opts.input_len,
+            output_len=opts.output_len,
+            range_ratio=opts.range_ratio,
+            seed=opts.seed,
+            vocab_size=opts.vocab_size,
+        )
+    if config is not None:
+        # Interactive (web UI): cycle through the dataset until the user presses stop.
+        tickets = CountingTickets(config.num_prompts, cycle=True)
+        environment.qwen_bench = BenchState(config, tickets, lambda out: None)  # type: ignore[attr-defined]

@@ -1,0 +1,238 @@
+"""Runs one measured phase with locust as a library: warm-up, CONC users, N requests, counters.
+
+Order of a run: wait for the target to answer ``/v1/models`` (as sglang.benchmark.serving does), one
+warm-up request (row 0, at most 32 new tokens; excluded), a ``/metrics`` scrape, the measured phase
+(CONC users in one process, or a master with WORKERS local ``locust --worker`` processes on
+127.0.0.1), a second scrape. Duration runs from the start of the users to the arrival of the last
+measured result. Ctrl-C (SIGINT) or SIGTERM stops the users and keeps what was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import gevent  # type: ignore[import-untyped]
+from locust.env import Environment
+from locust.runners import MasterRunner
+
+import requests  # isort: skip  (after locust: gevent's monkey-patching comes first)
+
+from qwen_npu.loadtest import locustfile as lf
+from qwen_npu.loadtest.backends import RequestInput, RequestOutput
+from qwen_npu.loadtest.config import ENV_VAR, BenchConfig
+from qwen_npu.loadtest.server_counters import CounterSnapshot, scrape
+
+log = logging.getLogger("qwen_npu.bench")
+# Locust warns about a spawn rate above 100/s; starting all CONC users at once is the point here.
+logging.getLogger("locust.runners").setLevel(logging.ERROR)
+
+
+@dataclass
+class RunResult:
+    """The raw outcome of one measured phase."""
+
+    outputs: list[RequestOutput]
+    duration_s: float
+    before: CounterSnapshot
+    after: CounterSnapshot
+    server_info: Any
+    interrupted: bool
+
+
+class TargetNotReady(RuntimeError):
+    """The target did not answer in time, or the warm-up request failed."""
+
+
+def say(message: str) -> None:
+    """Progress and status lines: key=value, on stderr, flushed (the table goes to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def wait_ready(config: BenchConfig) -> None:
+    deadline = time.monotonic() + config.ready_timeout_s
+    url = config.target.rstrip("/") + "/v1/models"
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            resp = requests.get(url, timeout=5)
+            if resp.status_code == 200:
+                return
+            last = f"HTTP {resp.status_code}"
+        except requests.RequestException as exc:
+            last = type(exc).__name__
+        gevent.sleep(0.5)
+    raise TargetNotReady(
+        f"bench: target={config.target} did not answer GET /v1/models within "
+        f"{config.ready_timeout_s:.0f}s (last: {last}); start the engine or the simulator "
+        f"(qwen-npu sim), or pass TARGET=<url>"
+    )
+
+
+def warm_up(config: BenchConfig, state: lf.BenchState) -> None:
+    row = state.rows[0]
+    row = replace(row, output_len=min(row.output_len, 32))
+    out = state.backend.request(requests.Session(), RequestInput(config.target, row, config.model))
+    if not out.success:
+        raise TargetNotReady(
+            f"bench: the warm-up request to {config.target}{state.backend.path} failed "
+            f"(reason={out.error}); check the engine's log and that API={config.api} matches it"
+        )
+
+
+def server_info(config: BenchConfig) -> Any:
+    try:
+        resp = requests.get(config.target.rstrip("/") + "/server_info", timeout=5)
+        return resp.json() if resp.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+class Collector:
+    """Gathers results; stamps the arrival of the last expected one."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.outputs: list[RequestOutput] = []
+        self.done_at: float | None = None
+
+    def add(self, out: RequestOutput) -> None:
+        self.outputs.append(out)
+        if len(self.outputs) >= self.expected and self.done_at is None:
+            self.done_at = time.perf_counter()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_workers(config: BenchConfig, port: int) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, **{ENV_VAR: config.to_json(), "QWEN_NPU_BENCH_TARGET": config.target})
+    locust_bin = Path(sys.executable).with_name("locust")
+    cmd = [str(locust_bin)] if locust_bin.exists() else [sys.executable, "-m", "locust"]
+    cmd += [
+        "-f",
+        lf.__file__,
+        "--worker",
+        "--master-host",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--loglevel",
+        "WARNING",
+    ]
+    return [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for _ in range(config.workers)]
+
+
+def run(config: BenchConfig) -> RunResult:
+    """One measured phase. Raises TargetNotReady before anything is measured."""
+    lf.BenchUser.host = config.target
+    collector = Collector(config.num_prompts)
+    tickets = lf.CountingTickets(config.num_prompts)
+    state = lf.BenchState(config, tickets, collector.add)
+    wait_ready(config)
+    if config.warmup:
+        warm_up(config, state)
+    before = scrape(config.target)
+
+    env = Environment(user_classes=[lf.BenchUser], host=config.target)
+    env.qwen_bench = state  # type: ignore[attr-defined]
+    workers: list[subprocess.Popen[bytes]] = []
+    if config.workers > 0:
+        port = _free_port()
+        runner: Any = env.create_master_runner("127.0.0.1", port)
+        assert isinstance(runner, MasterRunner)
+        lf.serve_tickets(runner, tickets)
+        runner.register_message(
+            lf.MSG_RESULT,
+            lambda environment, msg, **_: collector.add(RequestOutput.from_dict(msg.data)),
+        )
+        workers = _start_workers(config, port)
+        deadline = time.monotonic() + 60
+        while len(runner.clients.ready) < config.workers:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                _stop(runner, workers)
+                raise TargetNotReady(
+                    f"bench: {config.workers} locust workers did not connect to the master on "
+                    f"127.0.0.1:{port} within 60s; run with WORKERS=0 or check `locust --version`"
+                )
+            gevent.sleep(0.1)
+    else:
+        runner = env.create_local_runner()
+
+    stop = {"flag": False}
+
+    def on_signal() -> None:
+        stop["flag"] = True
+
+    gevent.signal_handler(signal.SIGINT, on_signal)
+    gevent.signal_handler(signal.SIGTERM, on_signal)
+
+    say(
+        f"bench phase=measure target={config.target} api={config.api} "
+        f"concurrency={config.concurrency} num_prompts={config.num_prompts} "
+        f"workers={config.workers} (Ctrl-C stops and keeps what was measured)"
+    )
+    t0 = time.perf_counter()
+    runner.start(config.concurrency, spawn_rate=max(config.concurrency, 1) * 1000)
+    last_report = t0
+    while collector.done_at is None and not stop["flag"]:
+        gevent.sleep(0.05)
+        now = time.perf_counter()
+        if now - last_report >= config.progress_interval_s:
+            last_report = now
+            done = len(collector.outputs)
+            failed = sum(1 for o in collector.outputs if not o.success)
+            say(
+                f"bench progress done={done}/{config.num_prompts} failed={failed} "
+                f"elapsed_s={now - t0:.1f} req_per_s={done / (now - t0):.2f}"
+            )
+        if config.workers > 0 and all(w.poll() is not None for w in workers):
+            say("bench error=all locust workers exited; keeping what was measured")
+            break
+    end = collector.done_at or time.perf_counter()
+    interrupted = stop["flag"] and collector.done_at is None
+    tickets.stopped = True
+    after = scrape(config.target)
+    info = server_info(config)
+    _stop(runner, workers)
+    return RunResult(
+        outputs=list(collector.outputs[: config.num_prompts]),
+        duration_s=max(end - t0, 1e-9),
+        before=before,
+        after=after,
+        server_info=info,
+        interrupted=interrupted,
+    )
+
+
+def _stop(runner: Any, workers: list[subprocess.Popen[bytes]]) -> None:
+    try:
+        runner.quit()
+    except Exception as exc:  # stopping must not hide the results
+        log.debug("runner quit failed: %s", exc)
+    for w in workers:
+        try:
+            w.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            w.terminate()
+            try:
+                w.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                w.kill()
+
+
+def dumps(result: RunResult) -> str:
+    """Debug aid: the raw outputs as JSON."""
+    return json.dumps([o.as_dict() for o in result.outputs])

@@ -1,0 +1,143 @@
+"""``qwen-npu patches list | verify [--strict] [--json] | explain NAME``.
+
+Why this exists: the image build must fail when a patch no longer fits the installed SGLang
+(``verify --strict``), and an on-call engineer needs to see, without reading code, which patches
+exist, what state they are in and when each can go (``list``, ``explain``).
+``verify`` imports SGLang's target modules (slow: about 10 s of SGLang imports) and applies the
+patches exactly as the start-up hook would; ``list`` and ``explain`` import no SGLang code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import textwrap
+import warnings
+from typing import Any
+
+from qwen_npu.patches import core, hook, state
+from qwen_npu.patches.registry import ENV_DISABLE, OK_STATES, PATCHES, PatchInfo, get_patch
+
+
+def _module_for(info: PatchInfo) -> Any:
+    return importlib.import_module(info.module)
+
+
+def verify_all() -> list[dict[str, Any]]:
+    """Import every target, apply every patch, return one row per patch (registry order)."""
+    hook.install()
+    rows = []
+    for info in PATCHES:
+        failed: str | None = None
+        for name in hook.TRIGGERS[info.module]:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    importlib.import_module(name)
+            except Exception as exc:  # SGLang or sgl-kernel-npu not importable
+                failed = f"cannot import {name}: {type(exc).__name__}: {exc}"
+                break
+        module = _module_for(info)
+        if failed is not None and info.name not in core.OUTCOMES:
+            outcome = core.record(info, "target-missing", failed)
+        else:
+            outcome = module.apply()
+        row = outcome.as_dict()
+        if outcome.state == "applied" and not module.active():
+            row["state"] = "drifted"
+            row["detail"] = "applied, but the target no longer points at the patch (rebound)"
+        rows.append(row)
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name'].ljust(width)}  {r['state']:<15} {r['detail']}")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    disabled = core.disabled_names()
+    rows = [
+        {
+            "name": p.name,
+            "target": p.target,
+            "upstream_pr": p.upstream_pr,
+            "disabled_by_env": p.name in disabled or "all" in disabled,
+        }
+        for p in PATCHES
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(p.name) for p in PATCHES)
+    for p in PATCHES:
+        off = p.name in disabled or "all" in disabled
+        flag = f"  (disabled by {ENV_DISABLE})" if off else ""
+        print(f"{p.name.ljust(width)}  {p.target}{flag}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    rows = verify_all()
+    bad = [r for r in rows if r["state"] not in OK_STATES]
+    if args.json:
+        print(json.dumps({"ok": not bad, "strict": args.strict, "patches": rows}, indent=2))
+    else:
+        _print_table(rows)
+        for r in bad:
+            print(f"{r['name']}: {r['state']}: next: {core.NEXT_STEP[r['state']]}", file=sys.stderr)
+    return 1 if (args.strict and bad) else 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    try:
+        info = get_patch(args.name)
+    except KeyError as exc:
+        print(f"qwen-npu patches explain: {exc.args[0]}", file=sys.stderr)
+        return 2
+    recorded = (state.read_state(state.state_dir_from_env()) or {}).get("patches", {})
+    entry = recorded.get(info.name)
+    lines = [
+        f"patch:        {info.name}",
+        f"target:       {info.target}",
+        f"module:       {info.module}",
+        f"upstream PR:  {info.upstream_pr}",
+        "why:",
+        *textwrap.wrap(info.why, 96, initial_indent="  ", subsequent_indent="  "),
+        "remove when:",
+        *textwrap.wrap(info.remove_when, 96, initial_indent="  ", subsequent_indent="  "),
+        f"kill switch:  {ENV_DISABLE}={info.name}",
+    ]
+    if entry is not None:
+        lines.append(
+            f"state file:   {entry.get('state')} (pid {entry.get('pid')}): {entry.get('detail')}"
+        )
+    print("\n".join(lines))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="qwen-npu patches", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command")
+    ls = sub.add_parser("list", help="the patches, their targets and upstream PR")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_cmd_list)
+    ver = sub.add_parser("verify", help="import SGLang's targets and report each patch's state")
+    ver.add_argument(
+        "--strict", action="store_true", help="exit 1 unless all applied/upstream-fixed"
+    )
+    ver.add_argument("--json", action="store_true")
+    ver.set_defaults(func=_cmd_verify)
+    ex = sub.add_parser("explain", help="what a patch does, why, and when to remove it")
+    ex.add_argument("name")
+    ex.set_defaults(func=_cmd_explain)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv or ["list"])
+    return int(args.func(args))

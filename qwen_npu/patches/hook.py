@@ -1,0 +1,128 @@
+"""Post-import hooks: apply each patch the moment SGLang has imported what the patch targets.
+
+Why this exists: the patches must load in every Python process of the engine, including the
+scheduler processes SGLang starts with ``multiprocessing`` spawn, which share nothing with the
+launcher but the interpreter's start-up. ``qwen_npu_patches.pth`` (installed in site-packages)
+imports this module at start-up; it puts one finder at the front of ``sys.meta_path`` that ignores
+every import except the few target modules named in ``TRIGGERS``. When one of those finishes
+executing, every patch whose trigger modules are now all loaded is imported and applied. Nothing of
+qwen-npu or SGLang is imported before SGLang itself imports the target, so ``python -c pass`` pays
+for this module only (standard library: ``sys`` and ``os``, already loaded at start-up).
+
+Switches: ``QWEN_NPU_PATCHES_HOOK=0`` keeps the finder out (nothing is patched; a debugging aid);
+``QWEN_NPU_DISABLE_PATCHES`` (see ``core``) records single patches as ``disabled``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+#: patch module -> the modules that must all be loaded before it applies. Kept here (not in the
+#: registry) so the start-up path imports nothing; a test checks it against the patch modules.
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    "qwen_npu.patches.modelslim_moe_unquant_fallback": (
+        "sglang.srt.layers.quantization.modelslim.modelslim",
+        "sglang.srt.layers.moe.fused_moe_triton",
+    ),
+    "qwen_npu.patches.mtp_modelslim_unquant": ("sglang.srt.models.qwen3_5_mtp",),
+    "qwen_npu.patches.mamba_scatter_ub_aware": (
+        "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend",
+    ),
+}
+ENV_HOOK = "QWEN_NPU_PATCHES_HOOK"
+
+_WATCHED: frozenset[str] = frozenset(m for mods in TRIGGERS.values() for m in mods)
+_loaded: set[str] = set()
+_started: set[str] = set()
+
+
+def _is_loaded(name: str) -> bool:
+    if name in _loaded:
+        return True
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    return module is not None and not getattr(spec, "_initializing", False)
+
+
+def _module_loaded(name: str) -> None:
+    """A watched module finished executing: apply every patch that was waiting only for it."""
+    _loaded.add(name)
+    for patch_module, modules in TRIGGERS.items():
+        if name in modules and patch_module not in _started and all(map(_is_loaded, modules)):
+            _started.add(patch_module)
+            try:
+                __import__(patch_module)
+                sys.modules[patch_module].apply()
+            except Exception as exc:  # never break SGLang's import because of a patch
+                print(
+                    f"qwen_npu.patches level=ERROR event=patch.hook_failed module={patch_module} "
+                    f'error="{type(exc).__name__}: {exc}" next="run qwen-npu patches verify"',
+                    file=sys.stderr,
+                )
+
+
+class _LoaderProxy:
+    """Runs the real loader, then the hook; every other attribute is the real loader's."""
+
+    def __init__(self, loader: Any, name: str) -> None:
+        self._loader = loader
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._loader, attr)
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        create = getattr(self._loader, "create_module", None)
+        return None if create is None else create(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # Hand the module its real loader back before running it (inspect, pkgutil, reload).
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _module_loaded(self._name)
+
+
+class PostImportFinder:
+    """A meta-path finder that only ever answers for the watched module names."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _WATCHED or fullname in _loaded:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _LoaderProxy(spec.loader, fullname)  # type: ignore[assignment]
+                return spec
+        return None
+
+
+_finder: PostImportFinder | None = None
+
+
+def install() -> bool:
+    """Put the finder on ``sys.meta_path`` (once) and apply patches whose targets are loaded.
+
+    Returns False when ``QWEN_NPU_PATCHES_HOOK=0`` keeps it out.
+    """
+    global _finder
+    if os.environ.get(ENV_HOOK, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if _finder is None:
+        _finder = PostImportFinder()
+        sys.meta_path.insert(0, _finder)
+    for name in sorted(_WATCHED):
+        if name in sys.modules and _is_loaded(name):
+            _module_loaded(name)
+    return True
+
+
+def installed() -> bool:
+    return _finder is not None and _finder in sys.meta_path

@@ -1,0 +1,97 @@
+"""THE patch list: one ``PatchInfo`` ledger entry per runtime patch.
+
+Why this exists: the import hook, ``qwen-npu patches``, the sidecar, the dashboards and the docs all
+need the same names, targets and removal conditions. Keeping them in one table (checked by a test
+against the modules on disk) avoids the hand-numbered ledgers that drift.
+Standard library only; importing this module imports no patch and no SGLang code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UPSTREAM_PR = "https://github.com/sgl-project/sglang/pull/34353"
+
+#: The states a patch can be in (docs/architecture.md). ``unknown`` is for readers without data.
+STATES: tuple[str, ...] = ("applied", "disabled", "upstream-fixed", "drifted", "target-missing")
+OK_STATES: frozenset[str] = frozenset({"applied", "upstream-fixed"})
+UNKNOWN = "unknown"
+#: Comma-separated patch names (or ``all``) that are not applied.
+ENV_DISABLE = "QWEN_NPU_DISABLE_PATCHES"
+
+
+@dataclass(frozen=True)
+class PatchInfo:
+    """A ledger entry: what is changed, why, where it is fixed upstream, when to drop it."""
+
+    name: str  # the contract name (DESIGN.md)
+    target: str  # "module:Qualname" of what the patch rebinds
+    why: str
+    upstream_pr: str
+    remove_when: str
+    module: str  # our module holding apply()
+
+
+PATCHES: tuple[PatchInfo, ...] = (
+    PatchInfo(
+        name="modelslim-moe-unquant-fallback",
+        target="sglang.srt.layers.quantization.modelslim.modelslim:ModelSlimConfig.get_quant_method",
+        why=(
+            "A fused-MoE layer whose every expert projection is FLOAT (the MTP layer "
+            "mtp.layers.0.mlp.experts of ModelSlim Qwen3.5/3.6 checkpoints) makes SGLang raise "
+            "\"Unsupported ModelSlim MoE schemes ... W13='FLOAT', W2='FLOAT'\" at startup; the "
+            "patch returns None so FusedMoE uses its unquantized method."
+        ),
+        upstream_pr=UPSTREAM_PR,
+        remove_when=(
+            "SGLang's get_quant_method returns None for an all-FLOAT FusedMoE layer (the patch "
+            "then reports upstream-fixed)."
+        ),
+        module="qwen_npu.patches.modelslim_moe_unquant_fallback",
+    ),
+    PatchInfo(
+        name="mtp-modelslim-unquant",
+        target="sglang.srt.models.qwen3_5_mtp:_mtp_quant_config",
+        why=(
+            "The MTP draft module is built with the target's ModelSlim config although every "
+            "mtp.* entry is FLOAT (--speculative-draft-model-quantization inherits modelslim); "
+            "the patch returns None so the draft loads in bf16 and forward() enables the bf16 "
+            "dispatch overrides."
+        ),
+        upstream_pr=UPSTREAM_PR,
+        remove_when=(
+            "SGLang's _mtp_quant_config returns None for a ModelSlim config whose mtp.* entries "
+            "are all FLOAT (the patch then reports upstream-fixed)."
+        ),
+        module="qwen_npu.patches.mtp_modelslim_unquant",
+    ),
+    PatchInfo(
+        name="mamba-scatter-ub-aware",
+        target=(
+            "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend:"
+            "move_intermediate_cache"
+        ),
+        why=(
+            "AscendHybridLinearAttnBackend.update_mamba_state_after_mtp_verify calls "
+            "move_intermediate_cache without h_block_size; the kernel default of 2 overflows the "
+            "192 KiB UB for fp32 128x128 states ('ub overflow, requires 2097152 bits while "
+            "1572864 bits available!'); the patch passes the planned h_block_size."
+        ),
+        upstream_pr=UPSTREAM_PR,
+        remove_when=(
+            "SGLang passes h_block_size to move_intermediate_cache itself (the patch then reports "
+            "upstream-fixed), or sgl-kernel-npu's default fits the UB for every state shape."
+        ),
+        module="qwen_npu.patches.mamba_scatter_ub_aware",
+    ),
+)
+
+BY_NAME: dict[str, PatchInfo] = {p.name: p for p in PATCHES}
+
+
+def get_patch(name: str) -> PatchInfo:
+    """The ledger entry for ``name``; KeyError naming the known patches otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown patch {name!r}; known: {', '.join(BY_NAME)}") from None

@@ -1,0 +1,187 @@
+"""Plan the mamba scatter's ``h_block_size`` so its tile fits the Ascend unified buffer (UB).
+
+Why this exists: sgl-kernel-npu's ``move_intermediate_cache`` moves tiles of
+``[h_block_size, next_pow2(V), next_pow2(K)]`` state elements per program, and the compiler's
+multi-buffer pass doubles each tile. SGLang 0.5.23 never passes ``h_block_size``, so the kernel's
+default of 2 asks for 2,097,152 bits of a 1,572,864-bit UB on fp32 128x128 states and the first
+request dies with ``ub overflow``. One pure rule, shared by the runtime patch
+(``mamba-scatter-ub-aware``), ``qwen-npu ub-plan``, the preflight and the sidecar's predicted plan.
+
+Contract (docs/architecture.md): ``plan(value_head_dim, key_head_dim, dtype, num_heads=None,
+ub_bytes=196608, buffers=2) -> UbPlan``; ``h_block_size`` is the largest power of two h (h <=
+num_heads and dividing it, when num_heads is known) whose buffered tile fits; at least 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+#: Ascend 910B unified buffer per vector core: 192 KiB.
+DEFAULT_UB_BYTES = 196_608
+#: The compiler's multi-buffer pass keeps two copies of a tile.
+DEFAULT_BUFFERS = 2
+
+#: Bytes per element of the state dtypes SGLang can use for the mamba SSM state.
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+_DTYPE_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "float": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+}
+
+
+class UbPlanError(ValueError):
+    """A plan was asked for with impossible input (the message names the value and the fix)."""
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
+
+
+def normalize_dtype(dtype: object) -> str:
+    """``'float32'`` for ``'float32'``, ``'fp32'``, ``torch.float32``; UbPlanError otherwise."""
+    text = str(dtype).strip().lower().removeprefix("torch.")
+    text = _DTYPE_ALIASES.get(text, text)
+    if text not in DTYPE_BYTES:
+        raise UbPlanError(
+            f"dtype {dtype!s}: not a mamba state dtype; use one of {', '.join(DTYPE_BYTES)}"
+        )
+    return text
+
+
+@dataclass(frozen=True)
+class UbPlan:
+    """The chosen block size and the bytes it needs; ``as_dict()`` is the contract's shape."""
+
+    h_block_size: int
+    tile_bytes: int
+    buffered_bytes: int
+    ub_bytes: int
+    fits: bool
+    plane_overflow: bool
+    value_head_dim: int
+    key_head_dim: int
+    dtype: str
+    buffers: int
+    num_heads: int | None
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.ub_bytes - self.buffered_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "h_block_size": self.h_block_size,
+            "tile_bytes": self.tile_bytes,
+            "buffered_bytes": self.buffered_bytes,
+            "ub_bytes": self.ub_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "fits": self.fits,
+            "plane_overflow": self.plane_overflow,
+            "value_head_dim": self.value_head_dim,
+            "key_head_dim": self.key_head_dim,
+            "dtype": self.dtype,
+            "buffers": self.buffers,
+            "num_heads": self.num_heads,
+        }
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UbPlanError(f"{name}={value!r}: must be a positive integer")
+
+
+def plan(
+    value_head_dim: int,
+    key_head_dim: int,
+    dtype: object,
+    num_heads: int | None = None,
+    ub_bytes: int = DEFAULT_UB_BYTES,
+    buffers: int = DEFAULT_BUFFERS,
+) -> UbPlan:
+    """Pick the largest power-of-two ``h_block_size`` whose buffered tile fits ``ub_bytes``."""
+    for name, value in (
+        ("value_head_dim", value_head_dim),
+        ("key_head_dim", key_head_dim),
+        ("num_heads", num_heads),
+        ("ub_bytes", ub_bytes),
+        ("buffers", buffers),
+    ):
+        _positive(name, value)
+    dtype_name = normalize_dtype(dtype)
+    plane_bytes = next_pow2(value_head_dim) * next_pow2(key_head_dim) * DTYPE_BYTES[dtype_name]
+
+    h = 1
+    while True:
+        bigger = h * 2
+        if num_heads is not None and (bigger > num_heads or num_heads % bigger):
+            break
+        if buffers * bigger * plane_bytes > ub_bytes:
+            break
+        h = bigger
+
+    tile = h * plane_bytes
+    return UbPlan(
+        h_block_size=h,
+        tile_bytes=tile,
+        buffered_bytes=buffers * tile,
+        ub_bytes=ub_bytes,
+        fits=buffers * tile <= ub_bytes,
+        plane_overflow=buffers * plane_bytes > ub_bytes,
+        value_head_dim=value_head_dim,
+        key_head_dim=key_head_dim,
+        dtype=dtype_name,
+        buffers=buffers,
+        num_heads=num_heads,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="qwen-npu ub-plan",
+        description="Plan the mamba scatter's h_block_size so its tile fits the Ascend UB.",
+    )
+    p.add_argument("--value-head-dim", type=int, required=True, metavar="V")
+    p.add_argument("--key-head-dim", type=int, required=True, metavar="K")
+    p.add_argument("--dtype", required=True, choices=sorted(DTYPE_BYTES))
+    p.add_argument("--num-heads", type=int, default=None, metavar="H", help="value heads per rank")
+    p.add_argument("--ub-bytes", type=int, default=DEFAULT_UB_BYTES)
+    p.add_argument("--buffers", type=int, default=DEFAULT_BUFFERS)
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """``qwen-npu ub-plan``: exit 0 when the tile fits, 1 when it cannot, 2 on bad input."""
+    args = _parser().parse_args(argv)
+    try:
+        result = plan(
+            args.value_head_dim,
+            args.key_head_dim,
+            args.dtype,
+            num_heads=args.num_heads,
+            ub_bytes=args.ub_bytes,
+            buffers=args.buffers,
+        )
+    except UbPlanError as exc:
+        print(f"qwen-npu ub-plan: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.as_dict(), sort_keys=True))
+    else:
+        for key, value in result.as_dict().items():
+            print(f"{key}={json.dumps(value)}")
+        if result.plane_overflow:
+            print(
+                "warning: one (V,K) plane alone overflows the UB; the scatter cannot fit at any "
+                "h_block_size. Use a smaller state dtype (--mamba-ssm-dtype bfloat16).",
+                file=sys.stderr,
+            )
+    return 0 if result.fits else 1

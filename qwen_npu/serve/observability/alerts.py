@@ -1,0 +1,28 @@
+"""Every alert group, in the order the rule file lists them, and the names the contract fixes."""
+
+from __future__ import annotations
+
+from qwen_npu.serve.observability import (
+    alerts_engine,
+    alerts_npu,
+    alerts_output,
+    alerts_patches,
+    alerts_slo,
+)
+from qwen_npu.serve.observability.rules import Alert, AlertGroup
+
+GROUPS: tuple[AlertGroup, ...] = (
+    alerts_engine.GROUP,
+    alerts_slo.GROUP,
+    alerts_output.GROUP,
+    alerts_patches.GROUP,
+    alerts_npu.GROUP,
+)
+
+
+def all_alerts() -> tuple[Alert, ...]:
+    return tuple(a for g in GROUPS for a in g.alerts)
+
+
+def by_name() -> dict[str, Alert]:
+    return {a.name: a for a in all_alerts()}

@@ -1,0 +1,65 @@
+"""``qwen-npu dashboards``: regenerate (or check) the chart's dashboards and alert rules.
+
+``make dashboards`` runs it with no arguments from the repository root; ``--check`` exits 1 when
+the committed files differ from what the code generates (the test suite does the same check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = Path("helm/qwen-npu/files")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="qwen-npu dashboards",
+        description="Generate the Grafana dashboards (JSON) and Prometheus alert rules (YAML) "
+        "that the chart ships under helm/qwen-npu/files/.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"the chart's files/ folder (default: {DEFAULT_OUT}, from the repository root)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when a committed file is stale or missing",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from qwen_npu.serve.observability import generate
+
+    out: Path = args.out
+    if not out.parent.is_dir():
+        print(
+            f"qwen-npu dashboards: error: {out.parent} is not a folder; run from the repository "
+            "root or pass --out <chart>/files",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        files = generate.render_files()
+    except ValueError as exc:
+        print(f"qwen-npu dashboards: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        problems = generate.stale(out, files)
+        for rel in problems:
+            print(f"event=stale path={out / rel} fix='make dashboards'")
+        if problems:
+            return 1
+        print(f"event=up-to-date out={out} files={len(files)}")
+        return 0
+    written = generate.write(out, files)
+    for path in written:
+        print(f"event=written path={path}")
+    print(f"event=done out={out} files={len(files)} changed={len(written)}")
+    return 0

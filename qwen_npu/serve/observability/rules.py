@@ -1,0 +1,107 @@
+"""The shape of an alert and how a group of them becomes Prometheus rule YAML.
+
+An alert's ``expr`` and ``description`` are ``%(name)s`` templates (PromQL's own braces and
+Prometheus' ``{{ $labels.x }}`` templates pass through untouched). The names they may use are the
+config's helpers (``window``, ``without_ranks``, ``npu``) and the threshold keys the alert declares
+in ``needs``; using an undeclared key, or declaring one the config lacks, is an error at generation
+time. ``runbook_url`` is never written by hand: it comes from the config's pattern and the
+lowercased alert name (the anchor of the alert's section in docs/runbook.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from qwen_npu.serve.observability.config import Config, threshold_placeholder
+
+Severity = Literal["warning", "critical"]
+
+
+class AlertDefinitionError(ValueError):
+    """An alert uses or needs something the config does not provide."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str  # CamelCase, prefixed QwenNpu; its lowercase form is the runbook anchor
+    severity: Severity
+    for_: str  # Prometheus duration, "0m" for none
+    summary: str  # static one-liner
+    description: str  # templated with $labels / $value, and %(threshold)s
+    expr: str  # PromQL with %(helper)s / %(threshold)s
+    needs: tuple[str, ...] = ()  # threshold keys used by expr/description
+
+
+@dataclass(frozen=True)
+class AlertGroup:
+    name: str
+    alerts: tuple[Alert, ...]
+
+
+class _Fields(Mapping[str, str]):
+    """The names an alert's templates may use; refuses threshold keys the alert did not declare."""
+
+    def __init__(self, cfg: Config, alert: Alert) -> None:
+        self._alert = alert
+        self._cfg = cfg
+        self._helpers = {
+            "window": cfg.rate_window,
+            "without_ranks": cfg.without_ranks(),
+            "npu": cfg.npu_selector,
+        }
+
+    def __getitem__(self, key: str) -> str:
+        if key in self._helpers:
+            return self._helpers[key]
+        if key not in self._alert.needs:
+            raise AlertDefinitionError(
+                f"alert {self._alert.name} uses %({key})s but does not declare it in needs="
+            )
+        return threshold_placeholder(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._helpers, *self._alert.needs])
+
+    def __len__(self) -> int:
+        return len(self._helpers) + len(self._alert.needs)
+
+
+def render_alert(alert: Alert, cfg: Config) -> dict[str, object]:
+    missing = [key for key in alert.needs if key not in cfg.thresholds]
+    if missing:
+        raise AlertDefinitionError(
+            f"alert {alert.name} needs threshold(s) {', '.join(missing)} that the config does "
+            "not define; add them to qwen_npu/serve/observability/config.py"
+        )
+    fields = _Fields(cfg, alert)
+    try:
+        expr = alert.expr % fields
+        description = alert.description % fields
+    except (KeyError, ValueError, TypeError) as exc:
+        raise AlertDefinitionError(f"alert {alert.name}: bad template ({exc})") from exc
+    return {
+        "alert": alert.name,
+        "expr": " ".join(expr.split()),
+        "for": alert.for_,
+        "labels": {"severity": alert.severity},
+        "annotations": {
+            "summary": alert.summary,
+            "description": " ".join(description.split()),
+            "runbook_url": cfg.runbook_url(alert.name),
+        },
+    }
+
+
+def render_groups(groups: tuple[AlertGroup, ...], cfg: Config) -> dict[str, object]:
+    """The ``groups:`` document (a Prometheus rule file, and a PrometheusRule's spec)."""
+    names = [a.name for g in groups for a in g.alerts]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise AlertDefinitionError(f"duplicate alert names: {', '.join(dupes)}")
+    return {
+        "groups": [
+            {"name": g.name, "rules": [render_alert(a, cfg) for a in g.alerts]} for g in groups
+        ]
+    }

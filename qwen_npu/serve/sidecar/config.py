@@ -1,0 +1,204 @@
+"""The sidecar's settings: one ``Settings(BaseSettings)`` class and its singleton.
+
+Why this exists: every knob (flag or ``QWEN_NPU_*`` environment variable) is declared, typed,
+defaulted and validated in one place, and a bad value stops the sidecar at start with one line that
+names the variable, the flag and the fix, instead of failing later inside the poller.
+Precedence: command-line flags > environment > defaults.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "QWEN_NPU_"
+
+#: Field name -> command-line flag, for the fields that have one (docs/architecture.md).
+FLAGS: dict[str, str] = {
+    "engine_url": "--engine-url",
+    "sidecar_host": "--host",
+    "sidecar_port": "--port",
+    "state_dir": "--state-dir",
+    "model_dir": "--model-dir",
+    "tp_size": "--tp-size",
+}
+
+DEFAULT_CANARY_PROMPT = (
+    "List the planets of the solar system in order from the Sun, one per line, with one short "
+    "fact about each."
+)
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message is one line naming the key and the fix."""
+
+
+class Settings(BaseSettings):
+    """Every setting of the sidecar; environment names are ``QWEN_NPU_`` + the upper-case field."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # Where things are.
+    engine_url: str = Field(
+        "http://127.0.0.1:30000", description="Base URL of the SGLang engine (same pod)."
+    )
+    sidecar_host: str = Field("0.0.0.0", description="Address the sidecar listens on.")
+    sidecar_port: int = Field(9400, ge=1, le=65535, description="Port the sidecar listens on.")
+    state_dir: Path | None = Field(
+        None, description="Folder of the patches' state.json (shared volume); unset: unknown."
+    )
+    model_dir: Path | None = Field(
+        None, description="Checkpoint folder (or config.json) for the predicted UB plan."
+    )
+    tp_size: int = Field(1, ge=1, description="Tensor parallel size (heads per rank = heads / tp).")
+    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="The engine's --mamba-ssm-dtype, when it passes one."
+    )
+    engine_api_key: SecretStr | None = Field(None, description="Bearer token for the engine.")
+    engine_api_key_file: Path | None = Field(None, description="File holding the bearer token.")
+
+    # Probe semantics.
+    startup_budget_s: float = Field(
+        1800.0, gt=0, description="Seconds an engine start may take before it counts as stuck."
+    )
+    liveness_failures: int = Field(
+        3, ge=1, description="Consecutive timed-out or refused health probes that fail /livez."
+    )
+    poll_interval_s: float = Field(5.0, gt=0, description="Seconds between health probes.")
+    health_timeout_s: float = Field(
+        10.0, gt=0, description="Timeout of one /health_generate probe (keep under SGLang's 20 s)."
+    )
+    info_interval_s: float = Field(
+        15.0, gt=0, description="Seconds between reads of /server_info, /metrics and state.json."
+    )
+    request_timeout_s: float = Field(
+        5.0, gt=0, description="Timeout of one /server_info or /metrics read."
+    )
+    max_response_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest engine response read; more is an error."
+    )
+
+    # Speculative decoding.
+    spec_window_s: float = Field(
+        300.0, gt=0, description="Sliding window of the acceptance length and rate."
+    )
+
+    # Output-quality canary.
+    canary_interval_s: float = Field(60.0, ge=0, description="Seconds between canaries; 0 = off.")
+    canary_timeout_s: float = Field(60.0, gt=0, description="Timeout of one canary request.")
+    canary_prompt: str = Field(DEFAULT_CANARY_PROMPT, min_length=1, description="Canary prompt.")
+    canary_max_tokens: int = Field(64, ge=8, le=4096, description="Tokens the canary generates.")
+    canary_golden_file: Path | None = Field(
+        None, description="Expected greedy output of the canary prompt (UTF-8 text)."
+    )
+    canary_degeneration_max: float = Field(
+        0.5, ge=0, le=1, description="Score above which a canary run counts as degenerated."
+    )
+    canary_golden_min_ratio: float = Field(
+        0.5, ge=0, le=1, description="Golden prefix ratio below which a run counts as mismatch."
+    )
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def canary_enabled(self) -> bool:
+        return self.canary_interval_s > 0
+
+    @field_validator("engine_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or len(value) < 10:
+            raise ValueError("not an http(s) URL; use e.g. http://127.0.0.1:30000")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.engine_api_key is not None and self.engine_api_key_file is not None:
+            raise ValueError(
+                "engine_api_key and engine_api_key_file are both set; set only one of them"
+            )
+        return self
+
+    def api_key(self) -> str | None:
+        """The engine's bearer token (from the variable or the file), or None."""
+        if self.engine_api_key is not None:
+            return self.engine_api_key.get_secret_value() or None
+        if self.engine_api_key_file is not None:
+            return self.engine_api_key_file.read_text(encoding="utf-8").strip() or None
+        return None
+
+    def golden_text(self) -> str | None:
+        """The golden canary output, or None when no golden file is configured."""
+        if self.canary_golden_file is None:
+            return None
+        return self.canary_golden_file.read_text(encoding="utf-8").strip()
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings as JSON-able values, secrets redacted (for /status and the start log)."""
+        data = self.model_dump(mode="json")
+        if data.get("engine_api_key"):
+            data["engine_api_key"] = "***"
+        return data
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line naming the first bad key (environment variable and flag) and the fix."""
+    first = exc.errors()[0]
+    loc = [str(part) for part in first.get("loc", ()) if part != "__root__"]
+    field = loc[0] if loc else ""
+    if field in Settings.model_fields:
+        where = env_name(field)
+        if field in FLAGS:
+            where += f" / {FLAGS[field]}"
+        value = first.get("input")
+        shown = f" = {value!r}" if isinstance(value, str | int | float) else ""
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        return f"setting {where}{shown}: {msg}; fix the value or unset it"
+    return f"settings: {first['msg'].removeprefix('Value error, ')}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with ``overrides`` (the flags) on top; SettingsError if bad.
+
+    Files named by the settings are checked here too, so a missing golden or key file is a start
+    error and not a poller error later.
+    """
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise SettingsError(describe_error(exc)) from None
+    for field in ("engine_api_key_file", "canary_golden_file"):
+        path = getattr(settings, field)
+        if path is None:
+            continue
+        try:
+            path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise SettingsError(
+                f"setting {env_name(field)} = {str(path)!r}: cannot read the file ({reason}); "
+                "mount it or unset the variable"
+            ) from None
+    return settings
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide singleton (environment only); the CLI builds its own with the flags."""
+    return load_settings()

@@ -1,0 +1,1 @@
+"""One router per file: ``health`` (the kubelet's probes), ``status`` (JSON), ``metrics``."""

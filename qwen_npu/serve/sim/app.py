@@ -1,0 +1,431 @@
+"""The simulator's HTTP surface: SGLang 0.5.23's routes plus ``/sim/faults``.
+
+FastAPI carries the routes; streaming responses use a small ASGI response that sends one SSE event
+per engine step (no background task group per chunk) and aborts the request when the client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from qwen_npu import __version__
+from qwen_npu.serve.sim import protocol as proto
+from qwen_npu.serve.sim.config import SimConfig
+from qwen_npu.serve.sim.engine import Aborted, Engine, QueueFull
+from qwen_npu.serve.sim.engine import Request as EngineRequest
+from qwen_npu.serve.sim.faults import FaultError, Faults
+from qwen_npu.serve.sim.metrics import MALFORMED_EXPOSITION, SimMetrics
+from qwen_npu.serve.sim.tokens import stream_for
+
+log = logging.getLogger("qwen_npu.sim")
+SGLANG_PROTOCOL_VERSION = "0.5.23"
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class EventStream(Response):
+    """An SSE response fed by an async iterator of ready-made events."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(status_code=200, media_type=self.media_type)
+        self.events = events
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        watcher = asyncio.ensure_future(self._watch(receive))
+        try:
+            async for event in self.events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (Aborted, OSError):
+            pass
+        finally:
+            watcher.cancel()
+            self.on_close()
+
+    async def _watch(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.on_close()
+                return
+
+
+class Sim:
+    """State shared by the routes: config, engine, faults, metrics and the start clock."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.metrics = SimMetrics(cfg.model_name)
+        self.faults = Faults.from_config(cfg)
+        self.engine: Engine | None = None
+        self.ready_at = 0.0
+        self.started_wall = time.time()
+        self.counter = itertools.count()
+        self.error_rng = random.Random(cfg.seed)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.engine = Engine(self.cfg, self.metrics)
+        self.ready_at = loop.time() + self.cfg.startup_delay_s
+        if self.faults.hang_generate:
+            self.engine.pause()
+        if self.cfg.startup_delay_s:
+            loop.call_at(self.ready_at, self._log_ready)
+        else:
+            self._log_ready()
+        if self.cfg.crash_after_s:
+            loop.call_later(self.cfg.crash_after_s, crash, "crash-after-s elapsed")
+
+    def _log_ready(self) -> None:
+        log.info("event=ready what='the simulator answers /health and /generate now'")
+
+    @property
+    def eng(self) -> Engine:
+        assert self.engine is not None, "the app's lifespan has not started"
+        return self.engine
+
+    def ready(self) -> bool:
+        return self.engine is not None and self.eng.loop.time() >= self.ready_at
+
+    def new_request(self, p: proto.GenParams, *, log_metrics: bool = True) -> EngineRequest:
+        no = next(self.counter)
+        garble = self.cfg.garble_after_tokens if self.faults.garbled else None
+        tokens = stream_for(
+            p.prompt_ids,
+            greedy=p.greedy,
+            seed=self.cfg.seed,
+            request_no=no,
+            vocab_size=self.cfg.vocab_size,
+            garble_after=garble,
+        )
+        return EngineRequest(
+            no=no,
+            prompt_len=len(p.prompt_ids),
+            max_new=p.max_new,
+            tokens=tokens,
+            streaming=p.stream,
+            log_metrics=log_metrics,
+        )
+
+    def gate(self, openai: bool) -> JSONResponse | None:
+        """The answer that refuses a generate request before it reaches the engine, if any."""
+        if not self.ready():
+            return JSONResponse(
+                proto.error_body("the server is starting (simulated startup delay)", 503, "busy"),
+                status_code=503,
+            )
+        rate = self.faults.error_rate
+        if rate and self.error_rng.random() < rate:
+            body = proto.error_body(
+                "simulated engine error (fault error_rate)", 500, "InternalServerError"
+            )
+            return JSONResponse(body, status_code=500)
+        return None
+
+
+ARRIVAL_KEY = "qwen_npu_sim_arrival"
+
+
+def stamped_h11_protocol() -> type:
+    """uvicorn's h11 protocol, stamping each request's arrival time (loop clock) into its scope.
+
+    Under a burst of requests the handler of the last one runs only after the others'; stamping
+    in ``data_received`` lets TTFT count from when the bytes arrived, as on a real server.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class StampedH11Protocol(H11Protocol):  # type: ignore[misc]
+        def data_received(self, data: bytes) -> None:
+            t = self.loop.time()
+            before = getattr(self, "scope", None)
+            super().data_received(data)
+            scope = getattr(self, "scope", None)
+            if scope is not None and scope is not before and isinstance(scope.get("state"), dict):
+                scope["state"][ARRIVAL_KEY] = t
+
+    return StampedH11Protocol
+
+
+def crash(reason: str) -> None:
+    log.error("event=crash reason=%r what='exiting 1 as asked (simulated crash)'", reason)
+    logging.shutdown()
+    os._exit(1)
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        raise proto.BadRequest("the body is not valid JSON") from None
+
+
+def _bad(msg: str) -> JSONResponse:
+    return JSONResponse(proto.error_body(msg, 400, "BadRequestError"), status_code=400)
+
+
+def create_app(cfg: SimConfig) -> FastAPI:
+    """The ASGI app for one simulator config."""
+    sim = Sim(cfg)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await sim.start()
+        yield
+
+    app = FastAPI(title="qwen-npu sim (SGLang-protocol simulator)", lifespan=lifespan)
+    app.state.sim = sim
+
+    # -- generation --------------------------------------------------------------------------
+
+    async def run(
+        request: Request,
+        p: proto.GenParams,
+        events: Callable[[EngineRequest], AsyncIterator[bytes]],
+        whole: Callable[[EngineRequest], dict[str, Any]],
+    ) -> Response:
+        eng = sim.eng
+        req = sim.new_request(p)
+        try:
+            eng.submit(req, request.scope.get("state", {}).get(ARRIVAL_KEY))
+        except QueueFull:
+            return JSONResponse(
+                proto.error_body("the waiting queue is full", 503, "busy"), status_code=503
+            )
+        if p.stream:
+            return EventStream(events(req), lambda: eng.abort(req))
+        try:
+            while True:
+                chunks = await req.next_chunks()
+                if chunks[-1].finished:
+                    break
+        except asyncio.CancelledError:
+            eng.abort(req)
+            raise
+        except Aborted:
+            return JSONResponse(proto.error_body("aborted", 500, "aborted"), status_code=500)
+        return JSONResponse(whole(req))
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        rid = uuid.uuid4().hex
+        try:
+            p = proto.parse_generate(await _json_body(request), cfg, rid)
+        except proto.BadRequest as exc:
+            return _bad(str(exc))
+        refused = sim.gate(openai=False)
+        if refused is not None:
+            return refused
+        steps = cfg.speculative_num_steps
+
+        async def events(req: EngineRequest) -> AsyncIterator[bytes]:
+            ns = proto.NativeStream(req, rid, steps)
+            while True:
+                chunks = await req.next_chunks()
+                for ch in chunks:  # one SSE event per engine step, as SGLang streams them
+                    yield ns.event(ch)
+                if chunks[-1].finished:
+                    break
+            yield b"data: [DONE]\n\n"
+
+        def whole(req: EngineRequest) -> dict[str, Any]:
+            return proto.native_body(req, rid, sim.eng.loop.time(), steps)
+
+        return await run(request, p, events, whole)
+
+    async def openai(request: Request, chat: bool) -> Response:
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        try:
+            p = proto.parse_openai(await _json_body(request), cfg, rid, chat)
+        except proto.BadRequest as exc:
+            return _bad(str(exc))
+        refused = sim.gate(openai=True)
+        if refused is not None:
+            return refused
+
+        async def events(req: EngineRequest) -> AsyncIterator[bytes]:
+            os_ = proto.OpenAIStream(req, rid, cfg.model_name, chat)
+            while True:
+                chunks = await req.next_chunks()
+                for ch in chunks:
+                    yield os_.event(ch)
+                if chunks[-1].finished:
+                    break
+            if p.include_usage:
+                yield os_.usage_event()
+            yield b"data: [DONE]\n\n"
+
+        def whole(req: EngineRequest) -> dict[str, Any]:
+            return proto.openai_body(req, rid, cfg.model_name, chat)
+
+        return await run(request, p, events, whole)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await openai(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await openai(request, chat=True)
+
+    # -- probes ------------------------------------------------------------------------------
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health() -> Response:
+        while sim.faults.hang_health:
+            await sim.faults.changed.wait()
+        if not sim.ready():
+            return Response(status_code=503)
+        eng = sim.eng
+        p = proto.GenParams([0], 1, True, False, "HEALTH_CHECK")
+        req = sim.new_request(p, log_metrics=False)
+        tic = eng.loop.time()
+        eng.submit(req)
+        try:
+            end = tic + cfg.health_check_timeout_s
+            while eng.loop.time() < end:
+                await asyncio.sleep(min(cfg.health_check_poll_s, max(end - eng.loop.time(), 0)))
+                if eng.last_emit > tic:
+                    return Response(status_code=200)
+            log.warning(
+                "event=health_failed what='no engine output within health-check-timeout-s' "
+                "next='check the hang_generate fault or the queue'"
+            )
+            return Response(status_code=503)
+        finally:
+            eng.abort(req)
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        return Response(status_code=200 if sim.ready() else 503)
+
+    # -- information -------------------------------------------------------------------------
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def model_info() -> dict[str, Any]:
+        return {
+            "model_path": cfg.model_path,
+            "served_model_name": cfg.model_name,
+            "tokenizer_path": cfg.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "qwen3_5_moe",
+            "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+            "simulator": f"qwen-npu sim {__version__}",
+        }
+
+    @app.get("/server_info")
+    @app.get("/get_server_info")
+    async def server_info() -> dict[str, Any]:
+        eng = sim.eng
+        tput, acc_len, _ = eng.window_stats()
+        state: dict[str, Any] = {
+            "last_gen_throughput": tput,
+            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": cfg.max_total_tokens},
+        }
+        if eng.spec:
+            state["avg_spec_accept_length"] = acc_len
+        spec = cfg.speculative_algorithm if eng.spec else None
+        return {
+            "model_path": cfg.model_path,
+            "served_model_name": cfg.model_name,
+            "tp_size": cfg.tp_size,
+            "device": "npu",
+            "quantization": "modelslim",
+            "max_running_requests": cfg.max_running_requests,
+            "context_length": cfg.context_length,
+            "enable_metrics": True,
+            "speculative_algorithm": spec,
+            "speculative_num_steps": cfg.speculative_num_steps if spec else None,
+            "speculative_eagle_topk": cfg.speculative_eagle_topk if spec else None,
+            "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens if spec else None,
+            "max_total_num_tokens": cfg.max_total_tokens,
+            "startup_time": sim.started_wall,
+            "internal_states": [state],
+            "version": SGLANG_PROTOCOL_VERSION,
+            "frontend": "python",
+            "simulator": f"qwen-npu sim {__version__}",
+        }
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": cfg.model_name,
+            "object": "model",
+            "created": int(sim.started_wall),
+            "owned_by": "sglang",
+            "root": cfg.model_name,
+            "max_model_len": cfg.context_length,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        delay = sim.faults.metrics_delay_s
+        if delay:
+            await asyncio.sleep(delay)
+        if sim.faults.metrics_malformed:
+            body = MALFORMED_EXPOSITION
+        else:
+            body = sim.metrics.render(sim.eng.gauges())
+        return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
+
+    # -- the fault surface -------------------------------------------------------------------
+
+    @app.get("/sim/faults")
+    async def get_faults() -> dict[str, Any]:
+        return sim.faults.as_dict()
+
+    @app.patch("/sim/faults")
+    async def patch_faults(request: Request) -> Response:
+        try:
+            changes = sim.faults.parse_patch(await _json_body(request))
+        except (FaultError, proto.BadRequest) as exc:
+            return _bad(str(exc))
+        sim.faults.apply(changes)
+        log.warning("event=faults_changed changes=%s now=%s", changes, sim.faults.as_dict())
+        if "hang_generate" in changes:
+            if changes["hang_generate"]:
+                sim.eng.pause()
+            else:
+                sim.eng.resume()
+        if changes.get("crash"):
+            asyncio.get_running_loop().call_later(0.05, crash, "PATCH /sim/faults crash=true")
+            return JSONResponse({**sim.faults.as_dict(), "crash": True}, status_code=202)
+        return JSONResponse(sim.faults.as_dict())
+
+    @app.get("/sim/config")
+    async def get_config() -> dict[str, Any]:
+        return cfg.as_dict()
+
+    return app

@@ -1,0 +1,1 @@
+"""Tests of the engine and sidecar images (docker/), without a Docker engine."""

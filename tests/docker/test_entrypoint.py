@@ -1,0 +1,192 @@
+"""The engine entrypoint, run for real with bash against stand-in CANN scripts and a stand-in
+Python: CANN environment in the child, argument handling, exit status, signal forwarding, tini."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stand-in for python3: records what it was started with, then behaves as FAKE_MODE says.
+out="$FAKE_OUT"
+{
+  printf '{"argv": ['
+  sep=""; for a in "$@"; do printf '%s"%s"' "$sep" "$a"; sep=", "; done
+  printf '], "cann": "%s", "nnal_args": "%s", "loaded": "%s", "pid": %s}\\n' \\
+    "${FAKE_CANN:-}" "${FAKE_NNAL_ARGS:-}" "${QWEN_NPU_CANN_ENV_LOADED:-}" "$$"
+} > "$out"
+case "${FAKE_MODE:-exit}" in
+  exit) exit "${FAKE_EXIT:-0}" ;;
+  wait)
+    trap 'echo TERM >> "$out.signals"; exit 42' TERM
+    touch "$out.ready"
+    while :; do sleep 0.05; done ;;
+esac
+"""
+
+
+@pytest.fixture()
+def sandbox(tmp_path: Path, repo: Path) -> dict[str, object]:
+    """Stand-in CANN install (two set_env scripts) and python3, plus the environment to run in."""
+    cann = tmp_path / "Ascend"
+    (cann / "toolkit").mkdir(parents=True)
+    (cann / "nnal" / "atb").mkdir(parents=True)
+    (cann / "toolkit" / "set_env.sh").write_text("export FAKE_CANN=toolkit\nfalse\n")
+    (cann / "nnal" / "atb" / "set_env.sh").write_text('export FAKE_NNAL_ARGS="$*"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "QWEN_NPU_CANN_ENV_FILE": str(repo / "docker" / "cann-env.sh"),
+        "QWEN_NPU_CANN_ENV_SCRIPTS": f"{cann}/toolkit/set_env.sh {cann}/nnal/atb/set_env.sh",
+        "QWEN_NPU_PYTHON": str(python),
+        "QWEN_NPU_INIT": "no-such-init",
+        "FAKE_OUT": str(tmp_path / "record.json"),
+    }
+    return {"env": env, "record": tmp_path / "record.json", "tmp": tmp_path}
+
+
+def entrypoint(repo: Path) -> str:
+    return str(repo / "docker" / "engine-entrypoint.sh")
+
+
+def run(
+    repo: Path, sandbox: dict[str, object], *args: str, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    env = dict(sandbox["env"]) | extra  # type: ignore[call-overload]
+    return subprocess.run(
+        [entrypoint(repo), *args], env=env, capture_output=True, text=True, timeout=30
+    )
+
+
+def record(sandbox: dict[str, object]) -> dict[str, object]:
+    data = json.loads(Path(str(sandbox["record"])).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_flags_start_sglang_with_the_cann_environment(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    done = run(repo, sandbox, "--model-path", "/models/q", "--tp-size", "2")
+    assert done.returncode == 0, done.stderr
+    seen = record(sandbox)
+    assert seen["argv"] == [
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/q",
+        "--tp-size",
+        "2",
+    ]
+    assert seen["cann"] == "toolkit"  # sourced, although the script's last command failed
+    assert seen["nnal_args"] == "--cxx_abi=1"
+    assert seen["loaded"] == "1"
+    assert "event=exec program=" in done.stderr and "args=6" in done.stderr
+
+
+def test_no_arguments_start_sglang(repo: Path, sandbox: dict[str, object]) -> None:
+    assert run(repo, sandbox).returncode == 0
+    assert record(sandbox)["argv"] == ["-m", "sglang.launch_server"]
+
+
+def test_a_command_runs_in_the_same_environment(repo: Path, sandbox: dict[str, object]) -> None:
+    """The init container's `qwen-npu preflight ...` goes through the same entrypoint."""
+    python = str(dict(sandbox["env"])["QWEN_NPU_PYTHON"])  # type: ignore[call-overload]
+    done = run(repo, sandbox, python, "preflight", "/models/q", ATB_CXX_ABI="0")
+    assert done.returncode == 0, done.stderr
+    seen = record(sandbox)
+    assert seen["argv"] == ["preflight", "/models/q"]
+    assert seen["cann"] == "toolkit" and seen["nnal_args"] == "--cxx_abi=0"
+
+
+def test_exit_status_is_the_engines(repo: Path, sandbox: dict[str, object]) -> None:
+    assert run(repo, sandbox, "--port", "1", FAKE_EXIT="7").returncode == 7
+
+
+def test_missing_set_env_script_is_one_warning_line(repo: Path, sandbox: dict[str, object]) -> None:
+    done = run(repo, sandbox, "--x", QWEN_NPU_CANN_ENV_SCRIPTS="/nonexistent/set_env.sh")
+    assert done.returncode == 0
+    warnings = [line for line in done.stderr.splitlines() if "level=warn" in line]
+    assert warnings == [
+        "qwen-npu-entrypoint level=warn event=cann_env_missing script=/nonexistent/set_env.sh "
+        'action="check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)"'
+    ]
+
+
+def test_bash_env_gives_non_interactive_shells_the_cann_environment(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    env = dict(sandbox["env"])  # type: ignore[call-overload]
+    env["BASH_ENV"] = env["QWEN_NPU_CANN_ENV_FILE"]
+    out = subprocess.run(
+        ["bash", "-c", 'echo "$FAKE_CANN $QWEN_NPU_CANN_ENV_LOADED"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["toolkit", "1"]
+    assert out.stderr == ""  # no warnings outside the entrypoint
+
+
+def _wait_for(path: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_sigterm_reaches_the_engine(repo: Path, sandbox: dict[str, object]) -> None:
+    env = dict(sandbox["env"]) | {"FAKE_MODE": "wait"}  # type: ignore[call-overload]
+    out = Path(str(sandbox["record"]))
+    proc = subprocess.Popen([entrypoint(repo), "--serve"], env=env, stderr=subprocess.PIPE)
+    try:
+        _wait_for(Path(f"{out}.ready"))
+        assert record(sandbox)["pid"] == proc.pid  # exec: the engine is the entrypoint's process
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 42
+        assert Path(f"{out}.signals").read_text().split() == ["TERM"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_as_pid_1_it_runs_under_the_init(repo: Path, sandbox: dict[str, object]) -> None:
+    """In a container the entrypoint is PID 1: it re-executes itself under tini."""
+    tmp = Path(str(sandbox["tmp"]))
+    init = tmp / "bin" / "fake-tini"
+    init.write_text(
+        '#!/usr/bin/env bash\necho "$$ $*" > "$FAKE_OUT.init"\n[ "$1" = -- ] && shift\n'
+        '"$@"; exit $?\n'
+    )
+    init.chmod(0o755)
+    env = dict(sandbox["env"]) | {"QWEN_NPU_INIT": str(init), "FAKE_EXIT": "3"}  # type: ignore[call-overload]
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=10
+    )
+    if probe.returncode != 0:
+        pytest.fail(f"unshare --pid does not work here: {probe.stderr!r}")
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--kill-child", entrypoint(repo), "--tp-size", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 3, done.stderr
+    pid, *argv = Path(f"{sandbox['record']}.init").read_text().split()
+    assert pid == "1" and argv == ["--", entrypoint(repo), "--tp-size", "2"]
+    seen = record(sandbox)
+    assert seen["argv"] == ["-m", "sglang.launch_server", "--tp-size", "2"]
+    assert seen["pid"] != 1 and seen["cann"] == "toolkit"

@@ -1,0 +1,149 @@
+"""`make image`, `make image-sidecar`, `make push`, run for real with a stand-in `docker` first on
+PATH: one line and a non-zero exit without an engine; the right build command line with one."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .dockerfile_parse import parse
+
+RECORDER = """#!/usr/bin/env bash
+# Stand-in docker: records each call, one line of shell words; `info` answers as DOCKER_UP says.
+printf '%q ' "$@" >> "$DOCKER_LOG"; echo >> "$DOCKER_LOG"
+if [ "$1" = info ] && [ "${DOCKER_UP:-0}" != 1 ]; then
+  echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1
+fi
+exit 0
+"""
+
+
+@pytest.fixture()
+def docker_stub(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "docker"
+    stub.write_text(RECORDER)
+    stub.chmod(0o755)
+    return {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "DOCKER_LOG": str(tmp_path / "docker.log"),
+        "HOME": str(tmp_path),
+    }
+
+
+def make(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(repo), *args],
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def calls(env: dict[str, str]) -> list[list[str]]:
+    log = Path(env["DOCKER_LOG"])
+    return [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("target", ["image", "image-sidecar", "push"])
+def test_without_a_docker_engine_one_line_and_failure(
+    repo: Path, docker_stub: dict[str, str], target: str
+) -> None:
+    done = make(repo, docker_stub, target)
+    assert done.returncode != 0
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert [line for line in lines if not line.startswith("make: ***")] == [
+        f"make {target}: no Docker engine answers ('docker info' failed); run it on a machine "
+        "with Docker, see docs/images.md"
+    ]
+    assert calls(docker_stub) == [["info"]]  # nothing was built or pushed
+
+
+def test_a_bad_platform_or_chip_is_refused_before_docker(
+    repo: Path, docker_stub: dict[str, str]
+) -> None:
+    done = make(repo, docker_stub, "image", "PLATFORM=linux/s390x")
+    assert done.returncode != 0 and "PLATFORM=linux/s390x is not one of" in done.stdout
+    done = make(repo, docker_stub, "image", "CHIP=910c", "PLATFORM=linux/arm64")
+    assert done.returncode != 0 and "CHIP=910c is not one of: 910b a3" in done.stdout
+    assert calls(docker_stub) == []
+
+
+def _build_args(argv: list[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--build-arg":
+            key, _, val = value.partition("=")
+            found[key] = val
+    return found
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_image_builds_the_engine_with_every_pin_from_the_versions_file(
+    repo: Path, docker_stub: dict[str, str], versions: dict[str, str]
+) -> None:
+    env = docker_stub | {"DOCKER_UP": "1"}
+    done = make(repo, env, "image", "PLATFORM=linux/arm64")
+    assert done.returncode == 0, done.stdout + done.stderr
+    info, build = calls(env)
+    assert info == ["info"] and build[:1] == ["build"]
+    assert _flag(build, "--platform") == "linux/arm64"
+    assert _flag(build, "-f") == "docker/engine.Dockerfile"
+    assert _flag(build, "-t") == f"ghcr.io/qwen-npu/engine:{versions['QWEN_NPU_VERSION']}"
+    assert build[-1] == "."
+    args = _build_args(build)
+    declared = set(parse(repo / "docker" / "engine.Dockerfile").every_arg_default())
+    expected = {k: v for k, v in versions.items() if k in declared}
+    assert {k: args[k] for k in expected} == expected
+    assert args["CHIP"] == "910b"
+
+
+def test_image_for_a3_with_registry_and_tag(repo: Path, docker_stub: dict[str, str]) -> None:
+    env = docker_stub | {"DOCKER_UP": "1"}
+    done = make(
+        repo,
+        env,
+        "image",
+        "CHIP=a3",
+        "REGISTRY=reg.example:5000/ai",
+        "TAG=rc1",
+        "PLATFORM=linux/amd64",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    build = calls(env)[1]
+    assert _flag(build, "-t") == "reg.example:5000/ai/engine:rc1-a3"
+    assert _build_args(build)["CHIP"] == "a3"
+    assert _flag(build, "--platform") == "linux/amd64"
+
+
+def test_image_sidecar_and_push(
+    repo: Path, docker_stub: dict[str, str], versions: dict[str, str]
+) -> None:
+    env = docker_stub | {"DOCKER_UP": "1"}
+    assert make(repo, env, "image-sidecar", "TAG=t1", "PLATFORM=linux/amd64").returncode == 0
+    build = calls(env)[1]
+    assert _flag(build, "-f") == "docker/sidecar.Dockerfile"
+    assert _flag(build, "-t") == "ghcr.io/qwen-npu/sidecar:t1"
+    args = _build_args(build)
+    for key in ("SIDECAR_PYTHON_VERSION", "SIDECAR_DEBIAN_RELEASE", "QWEN_NPU_VERSION"):
+        assert args[key] == versions[key]
+    assert not any("TORCH" in key or "SGLANG" in key for key in args)
+
+    Path(env["DOCKER_LOG"]).unlink()
+    assert make(repo, env, "push", "TAG=t1").returncode == 0
+    assert calls(env) == [
+        ["info"],
+        ["push", "ghcr.io/qwen-npu/engine:t1"],
+        ["push", "ghcr.io/qwen-npu/sidecar:t1"],
+    ]

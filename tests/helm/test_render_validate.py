@@ -1,0 +1,119 @@
+"""Every scenario renders, lints clean and passes strict schema validation.
+
+Scenarios: every profile with MTP on and off, every ci/ overlay, and the LeaderWorkerSet profile
+with the router, autoscaling and the API key (tests/helm/chart_tool.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from . import chart_tool
+
+SCENARIOS = list(chart_tool.scenarios())
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_should_lint_clean_when_rendering_scenario(
+    name: str, scenario_values: dict[str, dict[str, Any]]
+) -> None:
+    assert chart_tool.lint(scenario_values[name]) == []
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_should_pass_strict_kubernetes_schemas_when_rendering_scenario(
+    name: str, rendered_scenarios: dict[str, list[dict[str, Any]]]
+) -> None:
+    docs = rendered_scenarios[name]
+    versions = chart_tool.KUBE_VERSIONS
+    if name.endswith("image-volume"):
+        versions = [v for v in versions if tuple(map(int, v.split("."))) >= (1, 33)]
+    errors = [e for v in versions for d in docs for e in chart_tool.validate(d, v)]
+    assert errors == []
+
+
+def test_should_reject_image_volume_when_kubernetes_predates_it(
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
+) -> None:
+    engine = chart_tool.engine_workload(rendered_scenarios["ci-image-volume"])
+    errors = chart_tool.validate(engine, "1.30")
+    assert any("'image' was unexpected" in e for e in errors)
+
+
+def test_should_catch_misspelled_field_when_validating_strictly(
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
+) -> None:
+    engine = chart_tool.engine_workload(rendered_scenarios["ci-default"])
+    engine["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    assert any("imagePullPolicyy" in e for e in chart_tool.validate(engine, "1.37"))
+
+
+def test_should_validate_every_custom_resource_when_any_scenario_renders_one(
+    rendered_scenarios: dict[str, list[dict[str, Any]]], repo: Any
+) -> None:
+    seen = {
+        (d["apiVersion"], d["kind"])
+        for docs in rendered_scenarios.values()
+        for d in docs
+        if not chart_tool.is_builtin(d)
+    }
+    expected = {
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+        ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    }
+    if (repo / "helm/qwen-npu/templates/prometheusrule.yaml").exists():
+        expected.add(("monitoring.coreos.com/v1", "PrometheusRule"))
+    assert expected <= seen
+    assert seen <= set(chart_tool.CR_KINDS)
+
+
+def test_should_reject_bad_lws_when_validating_against_kept_schema(
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
+) -> None:
+    lws = chart_tool.engine_workload(rendered_scenarios["qwen3.5-397b-a17b-w8a8-mtp-on"])
+    assert lws["kind"] == "LeaderWorkerSet"
+    lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["bogus"] = 1
+    errors = chart_tool.validate(lws, "1.33")
+    assert any("restartPolicy" in e for e in errors)
+    assert any("workerTemplate" in e and "bogus" in e for e in errors)
+
+
+def test_should_carry_versions_file_when_reading_chart_metadata(
+    versions: dict[str, str], repo: Any
+) -> None:
+    chart = yaml.safe_load((repo / "helm/qwen-npu/Chart.yaml").read_text())
+    values = yaml.safe_load((repo / "helm/qwen-npu/values.yaml").read_text())
+    assert chart["appVersion"] == versions["QWEN_NPU_VERSION"]
+    assert values["image"]["engine"]["tag"] == versions["QWEN_NPU_VERSION"]
+    assert values["image"]["sidecar"]["tag"] == versions["QWEN_NPU_VERSION"]
+    docs = chart_tool.render_docs({})
+    images = {c["image"] for c in _containers(chart_tool.engine_workload(docs))}
+    assert images == {
+        f"{values['image']['engine']['repository']}:{versions['QWEN_NPU_VERSION']}",
+        f"{values['image']['sidecar']['repository']}:{versions['QWEN_NPU_VERSION']}",
+    }
+
+
+def test_should_claim_tested_kubernetes_versions_when_reading_kube_version(repo: Any) -> None:
+    chart = yaml.safe_load((repo / "helm/qwen-npu/Chart.yaml").read_text())
+    match = re.fullmatch(r">=(\d+)\.(\d+)\.0-0", chart["kubeVersion"])
+    assert match is not None
+    assert chart_tool.KUBE_VERSIONS[0] == f"{match[1]}.{match[2]}"
+
+
+def test_should_package_when_running_chart_package(tmp_path: Any) -> None:
+    assert chart_tool.main(["package", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "qwen-npu-0.1.0.tgz").is_file()
+
+
+def _containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for _, template in chart_tool.pod_templates(workload):
+        spec = template["spec"]
+        out += spec["containers"] + spec.get("initContainers", [])
+    return out

@@ -1,0 +1,89 @@
+"""Accept length from counter deltas, dataset validation and the CLI's one-line input errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qwen_npu.loadtest import cli
+from qwen_npu.loadtest.dataset import (
+    DatasetConfig,
+    DatasetError,
+    get_dataset,
+    vocab_size_from_tokenizer,
+)
+from qwen_npu.loadtest.server_counters import CounterSnapshot, accept_length, parse_counters
+
+EXPOSITION = """\
+# HELP sglang:generation_tokens_total Number of generation tokens processed.
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{{model_name="m",tp_rank="0"}} {gen}
+# HELP sglang:spec_verify_calls_total Number of speculative verify calls.
+# TYPE sglang:spec_verify_calls_total counter
+sglang:spec_verify_calls_total{{model_name="m",tp_rank="0"}} {calls}
+# HELP sglang:num_running_reqs running
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{{model_name="m"}} 3
+"""
+
+
+def test_accept_length_is_the_delta_over_the_window() -> None:
+    # Lifetime: 1000 tokens / 1000 calls (accept 1.0); during the run 3000 / 1000 = 3.0.
+    before = CounterSnapshot(parse_counters(EXPOSITION.format(gen=1000, calls=1000)))
+    after = CounterSnapshot(parse_counters(EXPOSITION.format(gen=4000, calls=2000)))
+    assert accept_length(before, after) == pytest.approx(3.0)
+
+
+def test_accept_length_is_none_without_spec_counters_or_scrape() -> None:
+    plain = CounterSnapshot(parse_counters(EXPOSITION.format(gen=10, calls=0)))
+    assert accept_length(plain, plain) is None
+    assert accept_length(CounterSnapshot(None, "down"), plain) is None
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        (DatasetConfig(num_prompts=0), "NUM_PROMPTS"),
+        (DatasetConfig(input_len=0), "INPUT_LEN"),
+        (DatasetConfig(range_ratio=1.5), "RANGE_RATIO"),
+    ],
+)
+def test_dataset_rejects_bad_numbers(cfg: DatasetConfig, match: str) -> None:
+    with pytest.raises(DatasetError, match=match):
+        get_dataset("random-ids", cfg)
+
+
+def test_unknown_dataset_and_missing_tokenizer(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="random-ids"):
+        get_dataset("sharegpt", DatasetConfig())
+    with pytest.raises(DatasetError, match="--vocab-size"):
+        vocab_size_from_tokenizer(tmp_path)
+
+
+def test_same_seed_same_ids_other_seed_other_ids() -> None:
+    a = get_dataset("random-ids", DatasetConfig(num_prompts=3, input_len=8, seed=1)).load()
+    b = get_dataset("random-ids", DatasetConfig(num_prompts=3, input_len=8, seed=1)).load()
+    c = get_dataset("random-ids", DatasetConfig(num_prompts=3, input_len=8, seed=2)).load()
+    assert a == b and a != c
+    assert all(len(r.prompt) == 8 and r.output_len == 100 for r in a)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--concurrency", "0"], "CONC=0"),
+        (["--num-prompts", "0"], "NUM_PROMPTS=0"),
+        (["--target", "127.0.0.1:30000"], "TARGET="),
+        (["--sweep", "1 x"], "CONCS="),
+        (["--threshold", "bogus=1"], "--threshold"),
+        (["--baseline", "/nonexistent/base.jsonl"], "base.jsonl"),
+        (["--tokenizer", "/nonexistent"], "tokenizer.json"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err

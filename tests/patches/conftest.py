@@ -1,0 +1,101 @@
+"""Fixtures for the patch tests: SGLang 0.5.23's real modules, synthetic descriptions, the kernel
+stand-in, and helpers to see a target patched or unpatched.
+
+The .pth hook in .venv has already installed the post-import hooks when pytest starts, so the first
+import of a target applies its patch, exactly as in the engine. ``unpatched`` reverts one patch for
+a test and applies it again afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+MODELSLIM = "sglang.srt.layers.quantization.modelslim.modelslim"
+FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton"
+MTP = "sglang.srt.models.qwen3_5_mtp"
+BACKEND = "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend"
+PROJ = ("gate_proj", "up_proj", "down_proj")
+
+
+def import_quietly(name: str) -> ModuleType:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module(name)
+
+
+@pytest.fixture(scope="session")
+def modelslim() -> ModuleType:
+    import_quietly(FUSED_MOE)
+    return import_quietly(MODELSLIM)
+
+
+@pytest.fixture(scope="session")
+def fused_moe() -> ModuleType:
+    return import_quietly(FUSED_MOE)
+
+
+@pytest.fixture(scope="session")
+def mtp_module() -> ModuleType:
+    return import_quietly(MTP)
+
+
+@pytest.fixture(scope="session")
+def backend() -> ModuleType:
+    return import_quietly(BACKEND)
+
+
+@pytest.fixture()
+def kernel_stub() -> Iterator[ModuleType]:
+    """The sgl_kernel_npu stand-in, with its call log cleared before and after."""
+    stub = importlib.import_module("sgl_kernel_npu.mamba.mamba_state_update_triton")
+    stub.reset()
+    stub.EMULATE, stub.UB_BYTES = False, None
+    yield stub
+    stub.reset()
+    stub.EMULATE, stub.UB_BYTES = False, None
+
+
+@pytest.fixture()
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Revert a patch module for the test; apply it again (with a clean environment) after."""
+    reverted: list[Any] = []
+
+    def _fresh(patch_module: Any) -> Any:
+        patch_module.revert()
+        reverted.append(patch_module)
+        return patch_module
+
+    monkeypatch.delenv("QWEN_NPU_DISABLE_PATCHES", raising=False)
+    monkeypatch.delenv("QWEN_NPU_STATE_DIR", raising=False)
+    yield _fresh
+    monkeypatch.undo()
+    for patch_module in reverted:
+        patch_module.revert()
+        patch_module.apply()
+
+
+def expert_entries(prefix: str, scheme: str | tuple[str, str, str], experts: int = 2,
+                   names: tuple[str, str, str] = PROJ) -> dict[str, str]:
+    """Description entries for every expert of one fused-MoE layer."""
+    schemes = (scheme, scheme, scheme) if isinstance(scheme, str) else scheme
+    return {
+        f"{prefix}.{e}.{name}.weight": s
+        for e in range(experts)
+        for name, s in zip(names, schemes, strict=True)
+    }
+
+
+def description(**layers: Any) -> dict[str, Any]:
+    """A ModelSlim description: W8A8_DYNAMIC main model plus the given entries."""
+    desc: dict[str, Any] = {"model_quant_type": "W8A8_DYNAMIC", "version": "1.0.0"}
+    desc.update(expert_entries("model.layers.0.mlp.experts", "W8A8_DYNAMIC"))
+    desc["model.layers.0.self_attn.q_proj.weight"] = "W8A8_DYNAMIC"
+    for entries in layers.values():
+        desc.update(entries)
+    return desc

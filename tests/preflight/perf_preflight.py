@@ -1,0 +1,79 @@
+"""``make perf-preflight``: time preflight on a 397B-A17B-sized synthetic checkpoint.
+
+Writes out/perf/preflight.md and prints it. Two figures, each the median of RUNS runs: the check
+itself in one process (``run_preflight``), and the whole command as an init container runs it
+(a fresh ``python -m qwen_npu preflight --json`` process, interpreter start included).
+Run from the repository root with PYTHONPATH=tests (the Makefile target does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from preflight.factory import write_checkpoint
+from qwen_npu.patches.preflight import Options, run_preflight
+
+RUNS = int(os.environ.get("PERF_PREFLIGHT_RUNS", "5"))
+GOAL_S = 1.0
+
+
+def main() -> int:
+    out = Path(os.environ.get("PERF_OUT", "out/perf")) / "preflight.md"
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = write_checkpoint(Path(tmp) / "397b", "397B-A17B", vl=True)
+        desc = json.loads((ckpt / "quant_model_description.json").read_text())
+        size_mb = (ckpt / "quant_model_description.json").stat().st_size / 1e6
+        index_mb = (ckpt / "model.safetensors.index.json").stat().st_size / 1e6
+        env = {k: v for k, v in os.environ.items() if k != "QWEN_NPU_DISABLE_PATCHES"}
+        inproc, cli = [], []
+        verdict = ""
+        for _ in range(RUNS):
+            start = time.perf_counter()
+            report = run_preflight(ckpt, Options(), environ=env)
+            inproc.append(time.perf_counter() - start)
+            verdict = report.verdict
+        for _ in range(RUNS):
+            start = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, "-m", "qwen_npu", "preflight", str(ckpt), "--json"],
+                capture_output=True,
+                check=False,
+                env=env,
+                timeout=120,
+            )
+            cli.append(time.perf_counter() - start)
+            if proc.returncode != 0:
+                print(proc.stderr.decode(), file=sys.stderr)
+                return 1
+    med_in, med_cli = statistics.median(inproc), statistics.median(cli)
+    lines = [
+        "# preflight: 397B-A17B-sized synthetic checkpoint",
+        "",
+        f"Description: {len(desc)} keys ({size_mb:.1f} MB); index {index_mb:.1f} MB; "
+        f"verdict {verdict}. Median of {RUNS} runs; goal < {GOAL_S:g} s.",
+        "",
+        "| measure | median s | min s | max s | goal met |",
+        "|---|---|---|---|---|",
+        f"| run_preflight (in process) | {med_in:.3f} | {min(inproc):.3f} | {max(inproc):.3f} "
+        f"| {'yes' if med_in < GOAL_S else 'no'} |",
+        f"| qwen-npu preflight --json (new process) | {med_cli:.3f} | {min(cli):.3f} "
+        f"| {max(cli):.3f} | {'yes' if med_cli < GOAL_S else 'no'} |",
+        "",
+        "Command: `make perf-preflight` (PERF_PREFLIGHT_RUNS=N to change the number of runs).",
+        "",
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The verb end to end: the installed dispatcher, the human table, the stable ``--json`` keys."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from preflight.conftest import RunCli
+
+TOP_KEYS = {
+    "schema_version",
+    "model_dir",
+    "verdict",
+    "exit_code",
+    "blocking",
+    "findings",
+    "files",
+    "model",
+    "mtp",
+    "quantization",
+    "patches",
+    "tp",
+    "ub_plan",
+    "memory",
+    "command",
+    "command_line",
+}
+FINDING_KEYS = {"code", "severity", "message", "keys", "key_count"}
+MEMORY_KEYS = {
+    "source",
+    "total_bytes",
+    "mtp_bytes",
+    "mtp_enabled",
+    "tp",
+    "per_npu_bytes",
+    "mtp_per_npu_bytes",
+    "npu_memory_gb",
+    "mem_fraction_static",
+    "budget_bytes",
+    "headroom_bytes",
+    "fits",
+}
+UB_KEYS = {
+    "h_block_size",
+    "tile_bytes",
+    "buffered_bytes",
+    "ub_bytes",
+    "headroom_bytes",
+    "fits",
+    "plane_overflow",
+    "value_head_dim",
+    "key_head_dim",
+    "dtype",
+    "buffers",
+    "num_heads",
+}
+
+
+def test_dispatcher_runs_the_verb_in_a_fresh_process(ckpt_35b: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "QWEN_NPU_DISABLE_PATCHES": "all"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen_npu", "preflight", str(ckpt_35b), "--tp", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["verdict"] == "would_fail" and data["patches"]["disabled"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_json_keys_are_stable(ckpt_35b: Path, run_cli: RunCli) -> None:
+    code, data, err = run_cli(str(ckpt_35b), "--tp", "2", "--json")
+    assert code == 0 and err == ""
+    assert set(data) == TOP_KEYS
+    assert data["schema_version"] == 1 and data["verdict"] == "ready_with_patches"
+    assert set(data["memory"]) == MEMORY_KEYS
+    assert set(data["ub_plan"]) == UB_KEYS and data["ub_plan"]["h_block_size"] == 1
+    assert data["ub_plan"]["num_heads"] == 16
+    assert set(data["tp"]) == {"tp", "source", "feasible", "candidates"}
+    assert data["tp"]["feasible"] == [1, 2, 4, 8, 16]
+    assert set(data["patches"]) == {"needed", "reasons", "disabled"}
+    assert set(data["mtp"]) == {"requested", "enabled", "layers"}
+    assert set(data["quantization"]["parts"]["mtp"]) == {"schemes", "label"}
+    for finding in data["findings"]:
+        assert set(finding) == FINDING_KEYS
+    assert data["command"][:3] == ["python3", "-m", "sglang.launch_server"]
+    assert data["command_line"].startswith("python3 -m sglang.launch_server --model-path ")
+
+
+def test_human_table_ends_with_a_key_value_verdict(ckpt_35b: Path, run_cli: RunCli) -> None:
+    code, out, _ = run_cli(str(ckpt_35b), "--tp", "3")
+    assert code == 1
+    lines = out.strip().splitlines()
+    assert lines[0] == f"qwen-npu preflight {ckpt_35b}"
+    assert lines[-1].startswith("verdict=would_fail exit=1 blocking=tp-indivisible")
+    assert 'next="fix the blocking findings above' in lines[-1]
+    assert any(line.strip().startswith("BLOCKING tp-indivisible:") for line in lines)
+    assert any("mtp" in line and "FLOAT x" in line for line in lines)
+    rows = [re.match(r"^\s+(\*?)\s*(\d+)\s+(yes|no)\s", line) for line in lines]
+    table = [(m[1], int(m[2]), m[3]) for m in rows if m]
+    assert [tp for _, tp, _ in table] == [1, 2, 3, 4, 8, 16]
+    assert [(mark, ok) for mark, tp, ok in table if tp == 3] == [("*", "no")]
+
+
+def test_no_mtp_flag(ckpt_35b: Path, run_cli: RunCli) -> None:
+    code, data, _ = run_cli(str(ckpt_35b), "--no-mtp", "--json")
+    assert code == 0 and data["verdict"] == "ready" and data["mtp"]["enabled"] is False
+    assert "--speculative-algorithm" not in data["command"]

@@ -1,0 +1,184 @@
+"""The simulator's config: precedence, validation, YAML and environment errors, profiles, CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qwen_npu.serve.sim import cli
+from qwen_npu.serve.sim.config import (
+    ConfigError,
+    SimConfig,
+    build,
+    list_profiles,
+    load_yaml,
+)
+from qwen_npu.serve.sim.engine import acceptance_distribution
+
+
+def test_defaults_are_valid_and_documented() -> None:
+    cfg = SimConfig()
+    assert cfg.validate() == []
+    assert cfg.as_dict()["ttft-ms"] == 50.0
+    assert not cfg.spec_enabled
+
+
+def test_precedence_flags_over_env_over_yaml_over_defaults(tmp_path: Path) -> None:
+    yml = tmp_path / "p.yaml"
+    yml.write_text("ttft-ms: 11\nitl-ms: 12\nmax-running-requests: 13\nseed: 5\n")
+    env = {"QWEN_NPU_SIM_ITL_MS": "22", "QWEN_NPU_SIM_MAX_RUNNING_REQUESTS": "23"}
+    cfg, origin = build({"max-running-requests": 33}, config_file=yml, env=env)
+    assert cfg.ttft_ms == 11  # YAML over default
+    assert cfg.itl_ms == 22  # env over YAML
+    assert cfg.max_running_requests == 33  # flag over env
+    assert cfg.seed == 5
+    assert cfg.port == 30000  # default
+    assert origin["max-running-requests"] == "flag"
+    assert origin["itl-ms"] == "environment"
+    assert origin["ttft-ms"].startswith("config ")
+
+
+def test_config_file_overrides_profile(tmp_path: Path) -> None:
+    yml = tmp_path / "c.yaml"
+    yml.write_text("itl-ms: 99\n")
+    cfg, _ = build({}, profile="fast-test", config_file=yml, env={})
+    assert cfg.itl_ms == 99
+    assert cfg.ttft_ms == 20  # from the profile
+
+
+def test_profile_and_config_from_env(tmp_path: Path) -> None:
+    yml = tmp_path / "c.yaml"
+    yml.write_text("seed: 42\n")
+    env = {"QWEN_NPU_SIM_PROFILE": "fast-test", "QWEN_NPU_SIM_CONFIG": str(yml)}
+    cfg, _ = build({}, env=env)
+    assert (cfg.ttft_ms, cfg.seed) == (20, 42)
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_profile_loads_and_opens_with_what_when(name: str) -> None:
+    cfg, _ = build({}, profile=name, env={})
+    assert cfg.validate() == []
+    text = (Path(__file__).parents[2] / "qwen_npu/serve/sim/profiles" / f"{name}.yaml").read_text()
+    assert text.startswith("# What:")
+    assert "# When:" in text
+
+
+def test_mtp_profile_mimics_the_upstream_table() -> None:
+    cfg, _ = build({}, profile="qwen3.6-35b-a3b-910b-tp2-mtp", env={})
+    ttft = cfg.ttft_ms + cfg.prefill_ms_per_1k_tokens * 1.024
+    assert 300 < ttft < 350  # PR: mean TTFT 324 ms at concurrency 1 (1024 prompt tokens)
+    assert cfg.accept_length is not None
+    assert 14 < cfg.itl_ms / cfg.accept_length < 16  # PR: TPOT 15.0 ms at concurrency 1
+
+
+def test_unknown_yaml_key_names_file_key_and_suggestion(tmp_path: Path) -> None:
+    yml = tmp_path / "bad.yaml"
+    yml.write_text("ttft-msec: 5\n")
+    with pytest.raises(ConfigError) as exc:
+        load_yaml(yml)
+    msg = str(exc.value)
+    assert str(yml) in msg and "ttft-msec" in msg and "ttft-ms" in msg
+    assert "\n" not in msg
+
+
+def test_yaml_type_error_and_syntax_error(tmp_path: Path) -> None:
+    yml = tmp_path / "bad.yaml"
+    yml.write_text("itl-ms: fast\n")
+    with pytest.raises(ConfigError, match="itl-ms.*not a number"):
+        load_yaml(yml)
+    yml.write_text("itl-ms: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(yml)
+    yml.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_yaml(yml)
+    with pytest.raises(ConfigError, match="file not found"):
+        load_yaml(tmp_path / "missing.yaml")
+
+
+def test_unknown_env_key_and_bad_env_value() -> None:
+    with pytest.raises(ConfigError, match="QWEN_NPU_SIM_TTFT.*did you mean 'ttft-ms'"):
+        build({}, env={"QWEN_NPU_SIM_TTFT": "5"})
+    with pytest.raises(ConfigError, match="QWEN_NPU_SIM_GARBLED.*true or false"):
+        build({}, env={"QWEN_NPU_SIM_GARBLED": "maybe"})
+
+
+def test_validate_names_each_bad_key() -> None:
+    cfg = SimConfig(
+        itl_ms=0,
+        error_rate=2,
+        speculative_algorithm="MEDUSA",
+        accept_length=9,
+        accept_distribution=[0.5, 0.6],
+    )
+    errs = cfg.validate()
+    keys = {e.split(":")[0] for e in errs}
+    assert {
+        "itl-ms",
+        "error-rate",
+        "speculative-algorithm",
+        "accept-length",
+        "accept-distribution",
+    } <= keys
+    with pytest.raises(ConfigError, match="itl-ms"):
+        build({"itl-ms": -1.0}, env={})
+
+
+def test_accept_length_implies_nextn() -> None:
+    cfg, origin = build({"accept-length": 2.0}, env={})
+    assert cfg.speculative_algorithm == "NEXTN"
+    assert "implied" in origin["speculative-algorithm"]
+
+
+@pytest.mark.parametrize("target", [1.0, 1.7, 2.5, 3.4, 4.0])
+def test_acceptance_distribution_has_the_configured_mean(target: float) -> None:
+    cfg = SimConfig(speculative_algorithm="NEXTN", speculative_num_steps=3, accept_length=target)
+    dist = acceptance_distribution(cfg)
+    assert len(dist) == 4
+    assert abs(sum(dist) - 1) < 1e-9
+    assert abs(sum((k + 1) * p for k, p in enumerate(dist)) - target) < 1e-6
+
+
+def test_explicit_distribution_wins() -> None:
+    cfg = SimConfig(
+        speculative_algorithm="NEXTN", accept_length=3.0, accept_distribution=[0.1, 0.2, 0.3, 0.4]
+    )
+    assert acceptance_distribution(cfg) == [0.1, 0.2, 0.3, 0.4]
+
+
+def test_cli_flags_parse_typed_and_only_given_ones() -> None:
+    _, flags = cli.parse(["--ttft-ms", "7", "--garbled", "--accept-distribution", "0.5,0.5"])
+    assert flags == {"ttft-ms": 7.0, "garbled": True, "accept-distribution": [0.5, 0.5]}
+
+
+def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "qwen_npu", "sim", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    yml = tmp_path / "bad.yaml"
+    yml.write_text("error-rate: 3\n")
+    proc = _run_cli("--config", str(yml))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "error-rate" in lines[0] and "Traceback" not in proc.stderr
+    proc = _run_cli("--profile", "nope")
+    assert proc.returncode == 2 and "fast-test" in proc.stderr
+
+
+def test_cli_print_config_and_list_profiles() -> None:
+    proc = _run_cli("--profile", "fast-test", "--itl-ms", "3", "--print-config")
+    assert proc.returncode == 0, proc.stderr
+    assert '"itl-ms": 3.0' in proc.stdout and '"ttft-ms": 20.0' in proc.stdout
+    proc = _run_cli("--list-profiles")
+    assert "qwen3.6-35b-a3b-910b-tp2-mtp" in proc.stdout.split()

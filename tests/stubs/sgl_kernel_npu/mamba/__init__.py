@@ -1,0 +1,1 @@
+"""Stand-in for ``sgl_kernel_npu.mamba``."""

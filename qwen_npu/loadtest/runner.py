@@ -79,14 +79,22 @@ def wait_ready(config: BenchConfig) -> None:
 
 
 def warm_up(config: BenchConfig, state: lf.BenchState) -> None:
+    """Row 0 with at most 32 new tokens; HTTP 503 (engine still starting) is retried until ready."""
     row = state.rows[0]
     row = replace(row, output_len=min(row.output_len, 32))
-    out = state.backend.request(requests.Session(), RequestInput(config.target, row, config.model))
-    if not out.success:
-        raise TargetNotReady(
-            f"bench: the warm-up request to {config.target}{state.backend.path} failed "
-            f"(reason={out.error}); check the engine's log and that API={config.api} matches it"
-        )
+    session = requests.Session()
+    deadline = time.monotonic() + config.ready_timeout_s
+    while True:
+        out = state.backend.request(session, RequestInput(config.target, row, config.model))
+        if out.success:
+            return
+        if out.error != "HTTP 503" or time.monotonic() > deadline:
+            break
+        gevent.sleep(0.5)
+    raise TargetNotReady(
+        f"bench: the warm-up request to {config.target}{state.backend.path} failed "
+        f"(reason={out.error}); check the engine's log and that API={config.api} matches it"
+    )
 
 
 def server_info(config: BenchConfig) -> Any:

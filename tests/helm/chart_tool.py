@@ -24,7 +24,7 @@ from typing import Any
 
 import helm_python as helm
 import importlib_resources
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,8 +86,8 @@ def scenarios() -> dict[str, dict[str, Any]]:
         found[f"ci-{overlay.stem.removesuffix('-values')}"] = values_from(overlay)
     # The largest checkpoint (a LeaderWorkerSet) with the optional parts on.
     big = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml"
-    for overlay in ("router", "hpa", "apikey"):
-        found[f"397b-{overlay}"] = values_from(big, CI_DIR / f"{overlay}-values.yaml")
+    for part in ("router", "hpa", "apikey"):
+        found[f"397b-{part}"] = values_from(big, CI_DIR / f"{part}-values.yaml")
     return found
 
 
@@ -124,9 +124,7 @@ def render_docs(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     return [
-        d
-        for d in docs
-        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
     ]
 
 
@@ -164,7 +162,7 @@ def engine_workload(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def engine_args(docs: list[dict[str, Any]], role: str | None = None) -> list[str]:
     """The engine container's args of the serving pod (or of `role`)."""
     for found_role, template in pod_templates(engine_workload(docs)):
-        if role is None and found_role != "worker" or role == found_role:
+        if (role is None and found_role != "worker") or role == found_role:
             engine = container(template, "engine")
             assert engine is not None
             return [str(a) for a in engine["args"]]
@@ -271,9 +269,7 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
 def lint(values: dict[str, Any]) -> list[str]:
     """`helm lint --strict` findings at warning level and above."""
     report = helm.lint(CHART_DIR, values, strict=True)
-    messages = [
-        f"{m['path']}: {m['error']}" for m in report["messages"] if int(m["severity"]) >= 2
-    ]
+    messages = [f"{m['path']}: {m['error']}" for m in report["messages"] if int(m["severity"]) >= 2]
     return messages + [str(e) for e in report.get("errors") or []]
 
 

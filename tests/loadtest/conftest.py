@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from tokenizer_fixture import build_tokenizer
+from .tokenizer_fixture import build_tokenizer
 
 
 @pytest.fixture(scope="session")

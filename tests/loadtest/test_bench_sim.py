@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from benchrun import REPO, bench
 
 from qwen_npu.serve.sim.testing import running_sim
+
+from .benchrun import REPO, bench
 
 TTFT_MS, ITL_MS = 50.0, 10.0
 IN_LEN, OUT_LEN = 256, 100

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from benchrun import REPO, bench
 from qwen_npu.serve.sim.testing import running_sim
+
+from .benchrun import REPO, bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 

@@ -4,13 +4,17 @@ values reach the thresholds and runbook URLs of both alerts and panels; the togg
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from qwen_npu.serve.observability import generate
+from qwen_npu.serve.observability.cli import main as cli_main
 
 from .conftest import CHART, NAMESPACE, documents, rule_spec
 
@@ -126,3 +130,31 @@ def test_a_missing_threshold_fails_the_render_naming_the_key(render: Render) -> 
 
     with pytest.raises(HelmError, match="queueDepth"):
         render({"monitoring": {"prometheusRule": {"thresholds": {"queueDepth": None}}}})
+
+
+def test_render_rules_cli_writes_what_the_chart_deploys(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("monitoring:\n  prometheusRule:\n    thresholds:\n      queueDepth: 7\n")
+    out = tmp_path / "rules.yaml"
+    argv = ["--render-rules", str(out), "--chart", str(CHART), "--values", str(values)]
+    assert cli_main([*argv, "--namespace", "prod"]) == 0
+    rules = _rules(yaml.safe_load(out.read_text()))
+    assert "> 7)" in rules["QwenNpuQueueGrowing"]["expr"]
+    assert 'namespace="prod"' in rules["QwenNpuHbmNearFull"]["expr"]
+
+
+def test_render_rules_cli_bad_values_is_one_line(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("- just\n- a list\n")
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "qwen_npu", "dashboards", "--render-rules",
+            str(tmp_path / "r.yaml"), "--chart", str(CHART), "--values", str(values),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert str(values) in proc.stderr and "mapping" in proc.stderr

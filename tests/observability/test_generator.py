@@ -145,6 +145,8 @@ def test_every_metric_read_is_declared() -> None:
         if rel.endswith(".json"):
             for _title, expr in generate.dashboard_queries(json.loads(text)):
                 seen |= metric_names(expr)
+            for _var, selector, _label in generate.variable_selectors(json.loads(text)):
+                seen |= metric_names(selector)
     for _name, expr in generate.alert_exprs(generate.rules_document()):
         seen |= metric_names(expr)
     assert seen <= declared, sorted(seen - declared)
@@ -170,7 +172,7 @@ def test_unknown_metric_fails_generation() -> None:
             '(a_total{x="by (y)"} > ${thresholds.queueDepth}) and on (instance, job) b == 0',
             {"a_total", "b"},
         ),
-        ("time() - c_seconds{pod=~\"$pod\"} > 1e3", {"c_seconds"}),
+        ('time() - c_seconds{pod=~"$pod"} > 1e3', {"c_seconds"}),
         ("max without (tp_rank) (deriv(q[10m])) / ignoring (source) u", {"q", "u"}),
     ],
 )
@@ -221,9 +223,9 @@ def test_panels_carry_units_descriptions_thresholds_and_runbook_links() -> None:
                 key = ph.removeprefix("${thresholds.").removesuffix("}")
                 # The panel that draws a threshold links to the alert that uses it.
                 users = {a.name.lower() for a in alerts.all_alerts() if key in a.needs}
-                assert users & {
-                    link["url"].split("#", 1)[1] for link in p.get("links", [])
-                }, p["title"]
+                assert users & {link["url"].split("#", 1)[1] for link in p.get("links", [])}, p[
+                    "title"
+                ]
     assert linked == {n.lower() for n in CONTRACT_ALERTS}
 
 
@@ -267,3 +269,16 @@ def test_metric_lists_are_the_real_ones() -> None:
     assert known["sglang:num_queue_reqs"] == "qwen_npu/serve/sglang_metrics.py"
     assert len(catalogue.CATALOGUE) + len(sglang_metrics.SGLANG_METRICS) > 40
     assert (REPO / "qwen_npu" / "serve" / "catalogue.py").is_file()
+
+
+def _github_slug(heading: str) -> str:
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def test_every_runbook_url_lands_on_a_runbook_section() -> None:
+    """runbook_url anchors (lowercased alert names) are headings of docs/runbook.md."""
+    text = (REPO / "docs" / "runbook.md").read_text()
+    anchors = {_github_slug(h) for h in re.findall(r"^#{1,6}\s+(.+)$", text, flags=re.MULTILINE)}
+    missing = sorted(n.lower() for n in CONTRACT_ALERTS if n.lower() not in anchors)
+    assert not missing, f"docs/runbook.md lacks sections for {missing}"

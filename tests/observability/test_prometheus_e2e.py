@@ -339,6 +339,16 @@ def test_every_dashboard_query_returns_series(stack: Stack) -> None:
     assert not empty, "panels without series:\n" + "\n".join(empty)
 
 
+def test_every_dashboard_variable_lists_values(stack: Stack) -> None:
+    """Grafana's label_values(selector, label) would offer at least one value here."""
+    for filename, model in generate.dashboard_models().items():
+        for var, selector, label in generate.variable_selectors(model):
+            expr = f"count by ({label}) ({_fill(selector)})"
+            result = stack.query(expr)["data"]["result"]
+            values = {r["metric"].get(label, "") for r in result}
+            assert values - {""}, f"{filename} variable {var}: {expr} lists no {label}"
+
+
 def test_alert_expressions_fire_exactly_where_the_stack_is_broken(stack: Stack) -> None:
     assert set(stack.rules) == FIRING | QUIET
     wrong = []

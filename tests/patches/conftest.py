@@ -9,24 +9,18 @@ a test and applies it again afterwards.
 from __future__ import annotations
 
 import importlib
-import warnings
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from .helpers import import_quietly
+
 MODELSLIM = "sglang.srt.layers.quantization.modelslim.modelslim"
 FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton"
 MTP = "sglang.srt.models.qwen3_5_mtp"
 BACKEND = "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend"
-PROJ = ("gate_proj", "up_proj", "down_proj")
-
-
-def import_quietly(name: str) -> ModuleType:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return importlib.import_module(name)
 
 
 @pytest.fixture(scope="session")
@@ -78,24 +72,3 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     for patch_module in reverted:
         patch_module.revert()
         patch_module.apply()
-
-
-def expert_entries(prefix: str, scheme: str | tuple[str, str, str], experts: int = 2,
-                   names: tuple[str, str, str] = PROJ) -> dict[str, str]:
-    """Description entries for every expert of one fused-MoE layer."""
-    schemes = (scheme, scheme, scheme) if isinstance(scheme, str) else scheme
-    return {
-        f"{prefix}.{e}.{name}.weight": s
-        for e in range(experts)
-        for name, s in zip(names, schemes, strict=True)
-    }
-
-
-def description(**layers: Any) -> dict[str, Any]:
-    """A ModelSlim description: W8A8_DYNAMIC main model plus the given entries."""
-    desc: dict[str, Any] = {"model_quant_type": "W8A8_DYNAMIC", "version": "1.0.0"}
-    desc.update(expert_entries("model.layers.0.mlp.experts", "W8A8_DYNAMIC"))
-    desc["model.layers.0.self_attn.q_proj.weight"] = "W8A8_DYNAMIC"
-    for entries in layers.values():
-        desc.update(entries)
-    return desc

@@ -13,6 +13,7 @@ tests/ on sys.path through tests/conftest.py).
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,33 +262,53 @@ def make_description(config: Mapping[str, Any], schemes: Schemes | None = None) 
     return desc
 
 
-def tensor_bytes(tensor: Tensor, scheme: str) -> int:
-    per = BYTES_PER_WEIGHT.get(scheme, DEFAULT_BYTES_PER_WEIGHT)
-    data = int(tensor.numel * per)
-    if scheme != "FLOAT":
-        data += tensor.shape[0] * 4 * 2  # fp32 scale and offset per output channel
-    return data
+def tensor_sizes(config: Mapping[str, Any], description: Mapping[str, Any]) -> dict[str, int]:
+    """Bytes of every stored tensor (quantized weights bring a scale and an offset)."""
+    sizes: dict[str, int] = {}
+    for tensor in tensors(config):
+        scheme = description.get(tensor.name, "FLOAT")
+        scheme = scheme if isinstance(scheme, str) else "FLOAT"
+        per = BYTES_PER_WEIGHT.get(scheme, DEFAULT_BYTES_PER_WEIGHT)
+        sizes[tensor.name] = int(tensor.numel * per)
+        if scheme != "FLOAT":
+            stem = tensor.name.removesuffix(".weight")
+            sizes[f"{stem}.weight_scale"] = tensor.shape[0] * 4
+            sizes[f"{stem}.weight_offset"] = tensor.shape[0] * 4
+    return sizes
 
 
 def make_index(
     config: Mapping[str, Any], description: Mapping[str, Any], shards: int = 8
 ) -> dict[str, Any]:
     """A model.safetensors.index.json object: every tensor mapped to one of ``shards`` files."""
-    names: list[str] = []
-    total = 0
-    for tensor in tensors(config):
-        scheme = description.get(tensor.name, "FLOAT")
-        total += tensor_bytes(tensor, scheme if isinstance(scheme, str) else "FLOAT")
-        names.append(tensor.name)
-        if scheme != "FLOAT":
-            stem = tensor.name.removesuffix(".weight")
-            names += [f"{stem}.weight_scale", f"{stem}.weight_offset"]
-    per_shard = -(-len(names) // shards)
+    sizes = tensor_sizes(config, description)
+    per_shard = -(-len(sizes) // shards)
     weight_map = {
         name: f"model-{i // per_shard + 1:05d}-of-{shards:05d}.safetensors"
-        for i, name in enumerate(names)
+        for i, name in enumerate(sizes)
     }
-    return {"metadata": {"total_size": total}, "weight_map": weight_map}
+    return {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+
+
+def write_shard_headers(root: Path, index: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
+    """Each shard as a real safetensors header followed by a sparse (unwritten) data area."""
+    by_shard: dict[str, list[str]] = {}
+    for name, shard in index["weight_map"].items():
+        by_shard.setdefault(shard, []).append(name)
+    for shard, names in by_shard.items():
+        header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for name in names:
+            header[name] = {
+                "dtype": "U8",
+                "shape": [sizes[name]],
+                "data_offsets": [offset, offset + sizes[name]],
+            }
+            offset += sizes[name]
+        raw = json.dumps(header).encode()
+        with (root / shard).open("wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            f.truncate(8 + len(raw) + offset)
 
 
 TOKENIZER_FILES = {
@@ -309,12 +330,14 @@ def write_checkpoint(
     description: bool = True,
     index: bool = True,
     shard_files: bool = True,
+    shard_headers: bool = False,
     tokenizer: bool = True,
 ) -> Path:
     """Write a synthetic checkpoint directory under ``root`` and return it.
 
     ``shard_files`` creates the index's shard files as empty placeholders (preflight checks they
-    exist, never reads weights).
+    exist); ``shard_headers`` writes them as real safetensors headers over sparse data areas of
+    the full size (for ``--check-shards``), which cost no disk space.
     """
     root.mkdir(parents=True, exist_ok=True)
     config = make_config(size, vl=vl, ssm_dtype=ssm_dtype, mtp_layers=mtp_layers)
@@ -328,7 +351,9 @@ def write_checkpoint(
     if index:
         idx = make_index(config, desc)
         (root / "model.safetensors.index.json").write_text(json.dumps(idx))
-        if shard_files:
+        if shard_headers:
+            write_shard_headers(root, idx, tensor_sizes(config, desc))
+        elif shard_files:
             for shard in sorted(set(idx["weight_map"].values())):
                 (root / shard).touch()
     if tokenizer:

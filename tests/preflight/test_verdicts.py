@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,23 @@ def test_unquantized_checkpoint_has_no_modelslim_flag(tmp_path: Path) -> None:
     report = run(write_checkpoint(tmp_path / "c", "27B", description=False))
     assert "--quantization" not in report.command and not report.quant.quantized
     assert report.verdict == READY_WITH_PATCHES  # the UB patch, for the MTP's state scatter
+
+
+def test_state_plane_too_big_for_the_ub_at_any_block_size(tmp_path: Path) -> None:
+    big = {"linear_value_head_dim": 256, "linear_key_head_dim": 256}
+    path = write_checkpoint(tmp_path / "c", "27B", config_overrides=big)
+    report = run(path, tp=2)
+    assert report.chosen.ub is not None and report.chosen.ub.plane_overflow
+    assert codes(report) == {"ub-overflow"}
+    assert run(path, tp=2, mtp=False).verdict != WOULD_FAIL  # no MTP, no state scatter
+
+
+def test_config_without_gdn_fields_skips_the_ub_checks(tmp_path: Path) -> None:
+    path = write_checkpoint(tmp_path / "c", "27B")
+    config_path = path / "config.json"
+    config = json.loads(config_path.read_text())
+    del config["linear_num_value_heads"]
+    config_path.write_text(json.dumps(config))
+    report = run(path)
+    assert codes(report, "warning") == {"gdn-fields-missing"}
+    assert report.chosen.ub is None and "mamba-scatter-ub-aware" not in report.quant.needed

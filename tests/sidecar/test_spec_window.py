@@ -43,6 +43,8 @@ def test_parse_without_the_counters_is_none() -> None:
         'sglang:spec_verify_calls_total{model_name="q" 3\n',
         "sglang:generation_tokens_total one\n",
         "sglang:generation_tokens_total -5\n",
+        PAGE + "sglang:num_queue_reqs not-a-number\n",  # broken elsewhere on the page
+        PAGE + "this line is not exposition format\n",
     ],
 )
 def test_parse_rejects_garbage_in_the_counters(bad: str) -> None:

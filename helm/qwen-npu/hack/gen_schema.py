@@ -6,8 +6,8 @@ values file is the one source: each key's type comes from its default, its descr
 `# --` comment above it, extra constraints from `# @schema key=<json>;key=<json>` lines
 (`enum`, `minimum`, `maximum`, `items`, `type`, `additionalProperties`).
 
-    python helm/qwen-npu/hack/gen_schema.py           # rewrite values.schema.json
-    python helm/qwen-npu/hack/gen_schema.py --check   # exit 1 when the committed file is stale
+    python helm/qwen-npu/hack/gen_schema.py           # rewrite values.schema.json, README table
+    python helm/qwen-npu/hack/gen_schema.py --check   # exit 1 when either is stale
 
 Every leaf value must carry a `# --` description; a missing one is an error naming the key.
 """
@@ -26,6 +26,9 @@ import yaml
 CHART = Path(__file__).resolve().parent.parent
 VALUES = CHART / "values.yaml"
 SCHEMA = CHART / "values.schema.json"
+README = CHART / "README.md"
+TABLE_START = "<!-- values-table:start -->"
+TABLE_END = "<!-- values-table:end -->"
 
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):")
 
@@ -142,26 +145,59 @@ def render_schema(values_text: str) -> str:
     return json.dumps(build_schema(values_text), indent=2) + "\n"
 
 
+def _rows(node: dict[str, Any], path: str) -> list[str]:
+    if node.get("type") == "object" and "properties" in node:
+        rows: list[str] = []
+        for key, child in node["properties"].items():
+            rows += _rows(child, f"{path}.{key}" if path else key)
+        return rows
+    kind = node["type"] if isinstance(node["type"], str) else " or ".join(node["type"])
+    if "enum" in node:
+        kind += " (" + ", ".join(json.dumps(v) for v in node["enum"]) + ")"
+    default = json.dumps(node["default"], separators=(",", ":"))
+    description = node["description"].replace("|", "\\|")
+    return [f"| `{path}` | {kind} | `{default}` | {description} |"]
+
+
+def render_values_table(values_text: str) -> str:
+    """The README's table of every value (key, type, default, description)."""
+    header = ["| key | type | default | description |", "|---|---|---|---|"]
+    return "\n".join(header + _rows(build_schema(values_text), "")) + "\n"
+
+
+def render_readme(readme_text: str, values_text: str) -> str:
+    """The README with its values table replaced by the one generated from values.yaml."""
+    if TABLE_START not in readme_text or TABLE_END not in readme_text:
+        raise SchemaSourceError(
+            f"{README.name}: the markers {TABLE_START} / {TABLE_END} are missing; add them"
+        )
+    head, rest = readme_text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    table = render_values_table(values_text)
+    return f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail when the file is stale")
     args = parser.parse_args(argv)
     try:
-        text = render_schema(VALUES.read_text())
+        values_text = VALUES.read_text()
+        wanted = {
+            SCHEMA: render_schema(values_text),
+            README: render_readme(README.read_text(), values_text),
+        }
     except SchemaSourceError as exc:
         print(f"gen_schema: {exc}", file=sys.stderr)
         return 2
+    stale = [path for path, text in wanted.items() if path.read_text() != text]
     if args.check:
-        if not SCHEMA.exists() or SCHEMA.read_text() != text:
-            print(
-                f"gen_schema: {SCHEMA} is stale; run `make chart-schema` and commit it",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"gen_schema: {SCHEMA.name} is up to date")
-        return 0
-    SCHEMA.write_text(text)
-    print(f"gen_schema: wrote {SCHEMA}")
+        for path in stale:
+            print(f"gen_schema: {path} is stale; run `make chart-schema`", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path])
+        print(f"gen_schema: wrote {path}")
     return 0
 
 

@@ -52,6 +52,7 @@ class Checkpoint:
     total_size: int | None = None
     shard_files: list[str] = field(default_factory=list)
     missing_shards: list[str] = field(default_factory=list)
+    shards_checked: bool = False  # headers read (--check-shards)
     tokenizer_files: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -62,6 +63,7 @@ class Checkpoint:
             "index": str(self.index_path) if self.index_path else None,
             "shards": len(self.shard_files),
             "missing_shards": self.missing_shards,
+            "shards_checked": self.shards_checked,
             "tokenizer": self.tokenizer_files,
         }
 

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cuda-graph-bs", type=_positive_int, default=16, help="for the recommended command (16)"
     )
+    p.add_argument(
+        "--check-shards",
+        action="store_true",
+        help="also read every shard's safetensors header: truncated copies, missing tensors, "
+        "exact memory",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
     return p
 
@@ -106,6 +112,7 @@ def main(argv: list[str]) -> int:
         mem_fraction_static=args.mem_fraction_static,
         mamba_ssm_dtype=args.mamba_ssm_dtype,
         cuda_graph_bs=args.cuda_graph_bs,
+        check_shards=args.check_shards,
     )
     try:
         report = run_preflight(args.model_dir, options)

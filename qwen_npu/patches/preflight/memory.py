@@ -1,11 +1,12 @@
 """Estimate the weights each NPU holds, with the MTP's share, against the static memory budget.
 
-Why this exists: a checkpoint too large for its TP fails only after the whole load. The total comes
-from the index's ``metadata.total_size`` when present (what is on disk), else from the shapes in
-config.json and the description's schemes; the MTP's share always comes from the shapes (the index
-has no per-tensor sizes). Weights are split evenly over the TP ranks (the small replicated tensors
-are left out), and must fit in ``npu_memory_gb x mem_fraction_static`` with room left for the KV
-cache and the mamba state. 1 GB here is 2**30 bytes, as SGLang's own logs count it.
+Why this exists: a checkpoint too large for its TP fails only after the whole load. The total and
+the MTP's share come from the shards' safetensors headers with ``--check-shards`` (exact); else
+the total from the index's ``metadata.total_size`` and the MTP's share from the shapes (the index
+has no per-tensor sizes); else both from the shapes in config.json and the description's schemes.
+Weights are split evenly over the TP ranks (the small replicated tensors are left out), and must
+fit in ``npu_memory_gb x mem_fraction_static`` with room left for the KV cache and the mamba
+state. 1 GB here is 2**30 bytes, as SGLang's own logs count it.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def shape_bytes(c: ModelConfig, parts: Mapping[str, Mapping[str, int]]) -> tuple
 class MemoryEstimate:
     """Weights per NPU against the static budget."""
 
-    source: str  # "index" (metadata.total_size) or "shapes"
+    source: str  # "safetensors" (shard headers), "index" (metadata.total_size) or "shapes"
     total_bytes: int  # every weight in the checkpoint, MTP included
     mtp_bytes: int
     mtp_enabled: bool
@@ -133,14 +134,21 @@ def estimate(
     parts: Mapping[str, Mapping[str, int]],
     total_size: int | None,
     *,
+    measured: tuple[int, int] | None = None,
     tp: int,
     mtp: bool,
     npu_memory_gb: float,
     mem_fraction_static: float,
 ) -> MemoryEstimate:
-    """The estimate for one TP size (``total_size`` from the index, or None)."""
+    """The estimate for one TP size.
+
+    ``measured`` is (total, MTP) bytes from the shards' safetensors headers (``--check-shards``);
+    else ``total_size`` from the index; else the shapes.
+    """
     main, mtp_bytes = shape_bytes(config, parts)
-    if total_size is not None:
+    if measured is not None:
+        source, (total, mtp_bytes) = "safetensors", measured
+    elif total_size is not None:
         source, total = "index", total_size
         mtp_bytes = min(mtp_bytes, total)
     else:

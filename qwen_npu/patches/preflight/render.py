@@ -97,7 +97,7 @@ def render(r: Report) -> str:
                 extra = f.key_count - min(len(f.keys), 5)
                 more = f" (+{extra} more)" if extra else ""
                 lines.append(f"             keys: {', '.join(f.keys[:5])}{more}")
-    blocking = ",".join(f.code for f in r.blocking) or "none"
+    blocking = ",".join(dict.fromkeys(f.code for f in r.blocking)) or "none"
     patches = ",".join(sorted(r.quant.needed)) or "none"
     lines.append(
         f"verdict={r.verdict} exit={r.exit_code} blocking={blocking} patches={patches} "

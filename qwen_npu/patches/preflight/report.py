@@ -17,7 +17,7 @@ from typing import Any
 from qwen_npu.patches import registry
 from qwen_npu.patches.model_config import ModelConfig
 from qwen_npu.patches.preflight import memory as mem
-from qwen_npu.patches.preflight import parallel
+from qwen_npu.patches.preflight import parallel, shards
 from qwen_npu.patches.preflight import quant as qnt
 from qwen_npu.patches.preflight.checkpoint import Checkpoint, load_checkpoint
 from qwen_npu.patches.preflight.command import LaunchOptions, recommended_command
@@ -40,6 +40,7 @@ class Options:
     mem_fraction_static: float = 0.8
     mamba_ssm_dtype: str | None = None
     cuda_graph_bs: int | None = 16
+    check_shards: bool = False  # read every shard's safetensors header (slower, exact)
 
 
 @dataclass
@@ -245,6 +246,14 @@ def run_preflight(
     q = qnt.analyze_quant(
         ckpt.description, ckpt.unknown_scheme_keys, c, mtp=opts.mtp, disabled=disabled
     )
+    measured: tuple[int, int] | None = None
+    shard_findings = []
+    if opts.check_shards and ckpt.index is not None:
+        scanned = shards.scan(ckpt.root, ckpt.index["weight_map"], ckpt.shard_files)
+        ckpt.shards_checked = True
+        shard_findings = scanned.findings()
+        if scanned.complete and scanned.tensor_bytes:
+            measured = (sum(scanned.tensor_bytes.values()), scanned.mtp_bytes())
     tps = sorted({*parallel.CANDIDATE_TPS, *([opts.tp] if opts.tp else [])})
     checks = [parallel.check_tp(c, tp) for tp in tps]
     mems = {
@@ -252,6 +261,7 @@ def run_preflight(
             c,
             q.parts,
             ckpt.total_size,
+            measured=measured,
             tp=tp,
             mtp=opts.mtp,
             npu_memory_gb=opts.npu_memory_gb,
@@ -278,7 +288,7 @@ def run_preflight(
         memory=mems[tp],
         memory_by_tp=mems,
         command=recommended_command(str(ckpt.root), launch),
-        findings=[*ckpt.findings, *q.findings],
+        findings=[*ckpt.findings, *shard_findings, *q.findings],
     )
     if unknown:
         report.findings.append(

@@ -2,6 +2,8 @@
 
 ``make dashboards`` runs it with no arguments from the repository root; ``--check`` exits 1 when
 the committed files differ from what the code generates (the test suite does the same check).
+``--render-rules FILE`` instead renders the chart (``--chart``, ``--values``) and writes the alert
+rules as deployed, as a plain Prometheus rule file (what ``make lint-observability`` checks).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_OUT = Path("helm/qwen-npu/files")
+DEFAULT_CHART = Path("helm/qwen-npu")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,11 +33,44 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; exit 1 when a committed file is stale or missing",
     )
+    p.add_argument(
+        "--render-rules",
+        type=Path,
+        metavar="FILE",
+        help="render the chart and write its alert rules (as deployed) to FILE, then exit",
+    )
+    p.add_argument("--chart", type=Path, default=DEFAULT_CHART, help="chart for --render-rules")
+    p.add_argument("--values", type=Path, help="values file for --render-rules")
+    p.add_argument("--namespace", default="default", help="release namespace for --render-rules")
     return p
+
+
+def _render_rules(args: argparse.Namespace) -> int:
+    import yaml
+
+    from qwen_npu.serve.observability.render import RenderError, load_values, render_rules
+
+    try:
+        spec = render_rules(args.chart, load_values(args.values), namespace=args.namespace)
+    except RenderError as exc:
+        print(f"qwen-npu dashboards: error: {exc}", file=sys.stderr)
+        return 2
+    out: Path = args.render_rules
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(spec, sort_keys=False, width=1000))
+    groups = spec.get("groups", [])
+    rules = sum(len(g.get("rules", [])) for g in groups)
+    print(
+        f"event=rendered path={out} groups={len(groups)} rules={rules} "
+        f"next='promtool check rules {out}'"
+    )
+    return 0
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.render_rules is not None:
+        return _render_rules(args)
     from qwen_npu.serve.observability import generate
 
     out: Path = args.out

@@ -2,9 +2,9 @@
 
 The thresholds are chart values (``monitoring.prometheusRule.thresholds.<key>``). The generated
 files do not hold their numbers: they hold placeholders (``${thresholds.<key>}``) that the chart's
-templates replace with the values at render time, so what promtool tests is exactly what the chart
-deploys. The defaults below must equal ``helm/qwen-npu/values.yaml`` (a test compares them); they are
-what the dashboards' JSON falls back to outside Helm and what the docs quote.
+templates replace with the values at render time, so what promtool tests is exactly what the
+chart deploys. The defaults below must equal ``helm/qwen-npu/values.yaml`` (a test compares them);
+they are what the docs quote.
 """
 
 from __future__ import annotations

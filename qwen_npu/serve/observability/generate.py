@@ -9,6 +9,7 @@ templates fill them, so the files themselves never go stale when a value changes
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -65,6 +66,22 @@ def dashboard_queries(model: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$")
+
+
+def variable_selectors(model: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(variable, series selector, label) of every ``label_values`` template variable."""
+    out: list[tuple[str, str, str]] = []
+    for var in model.get("templating", {}).get("list", []):
+        if var.get("type") != "query":
+            continue
+        match = _LABEL_VALUES.match(str(var.get("query", "")))
+        if match is None:
+            raise ValueError(f"variable {var.get('name')}: expected label_values(selector, label)")
+        out.append((var["name"], match["selector"], match["label"]))
+    return out
+
+
 def rules_document(cfg: Config = DEFAULT) -> dict[str, Any]:
     return render_groups(alerts.GROUPS, cfg)
 
@@ -92,11 +109,12 @@ def render_files(cfg: Config = DEFAULT) -> dict[str, str]:
     for filename, model in dashboard_models(cfg).items():
         files[f"dashboards/{filename}"] = json.dumps(model, indent=2, sort_keys=True) + "\n"
         exprs += [(f"{filename} panel {t!r}", e) for t, e in dashboard_queries(model)]
+        exprs += [(f"{filename} variable {v}", sel) for v, sel, _ in variable_selectors(model)]
     document = rules_document(cfg)
     exprs += [(f"alert {a}", e) for a, e in alert_exprs(document)]
     check_metric_names(exprs)
     files[RULES_FILE] = _HEADER + yaml.safe_dump(
-        document, sort_keys=False, width=100, allow_unicode=True
+        document, sort_keys=False, width=1000, allow_unicode=True
     )
     return files
 

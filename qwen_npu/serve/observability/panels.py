@@ -14,10 +14,10 @@ from typing import Literal
 from grafana_foundation_sdk.builders import common as gcommon
 from grafana_foundation_sdk.builders import dashboard as gdash
 from grafana_foundation_sdk.builders import prometheus as gprom
-from grafana_foundation_sdk.builders import stat as gstat
 from grafana_foundation_sdk.builders import table as gtable
 from grafana_foundation_sdk.builders import timeseries as gts
 from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog.variants import Dataquery
 from grafana_foundation_sdk.models import common as mcommon
 from grafana_foundation_sdk.models import dashboard as mdash
 from grafana_foundation_sdk.models import prometheus as mprom
@@ -47,8 +47,8 @@ class PanelNote:
 Direction = Literal["above", "below"]
 
 
-def _targets(queries: list[Query], table: bool = False) -> list[cogbuilder.Builder[object]]:
-    out: list[cogbuilder.Builder[object]] = []
+def _targets(queries: list[Query], table: bool = False) -> list[cogbuilder.Builder[Dataquery]]:
+    out: list[cogbuilder.Builder[Dataquery]] = []
     for i, q in enumerate(queries):
         t = gprom.Dataquery().expr(q.expr).ref_id(chr(ord("A") + i)).datasource(DATASOURCE)
         if q.legend:
@@ -57,7 +57,7 @@ def _targets(queries: list[Query], table: bool = False) -> list[cogbuilder.Build
             t = t.instant()
         if table:
             t = t.format(mprom.PromQueryFormat.TABLE)
-        out.append(t)  # type: ignore[arg-type]
+        out.append(t)
     return out
 
 
@@ -138,35 +138,6 @@ class Board:
             p = p.min(min_val)
         if max_val is not None:
             p = p.max(max_val)
-        if alert:
-            p = p.links(_runbook_links(alert))
-        self.builder = self.builder.with_panel(p)
-        self._note(title, PanelNote(threshold, _names(alert), queries))
-
-    def stat(
-        self,
-        title: str,
-        description: str,
-        unit: str,
-        queries: list[Query],
-        *,
-        threshold: str | float | None = None,
-        direction: Direction = "above",
-        alert: str | tuple[str, ...] = (),
-        width: int = 6,
-        height: int = 5,
-    ) -> None:
-        p = (
-            gstat.Panel()
-            .title(title)
-            .description(description)
-            .unit(unit)
-            .datasource(DATASOURCE)
-            .targets(_targets(queries))
-            .thresholds(_thresholds(threshold, direction, self.cfg))
-            .span(width)
-            .height(height)
-        )
         if alert:
             p = p.links(_runbook_links(alert))
         self.builder = self.builder.with_panel(p)

@@ -101,6 +101,7 @@ class Monitor:
         self._errors_log = RateLimiter(60.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._canary_lock = asyncio.Lock()
+        self.version = 0  # bumped whenever an exported number changes (the /metrics cache key)
         self.publish()
 
     # Lifecycle (called from the app's lifespan).
@@ -165,6 +166,8 @@ class Monitor:
 
     # Error accounting.
     def _count(self, exc: EngineError, where: str) -> None:
+        if exc.kind == "connect" and where != HEALTH_PATH:
+            return  # reachability is the health loop's to count: once per lost engine start
         self.stats.errors[exc.kind] = self.stats.errors.get(exc.kind, 0) + 1
         if self._errors_log.allow(f"{exc.kind}-{where}"):
             log(
@@ -209,6 +212,7 @@ class Monitor:
                 self._count(exc, HEALTH_PATH)
         now = self.clock()
         self.collector.observe("engine_health_probe_seconds", now - t0)
+        self.version += 1
         for event in self.health.record(outcome, now, status):
             level, action = _ACTIONS.get(event, ("info", "none"))
             if event == "engine_unreachable" and not self.health.ever_ready:
@@ -345,6 +349,7 @@ class Monitor:
             return
         latency = self.clock() - t0
         self.collector.observe("canary_latency_seconds", latency)
+        self.version += 1
         result_score = canary.score(text.strip(), self.golden)
         result = result_score.result(s.canary_degeneration_max, s.canary_golden_min_ratio)
         self.stats.canary_runs[result] += 1
@@ -395,6 +400,7 @@ class Monitor:
         self.stats.uptime_s = h.uptime(now)
         self.stats.restarts = h.restarts
         self.collector.log_stats(self.stats)
+        self.version += 1
 
     def status(self) -> dict[str, Any]:
         """Everything the sidecar knows, as JSON-able values (NaN -> null)."""

@@ -12,6 +12,7 @@ SGLang's ``accepted drafts / proposed drafts``.
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from dataclasses import dataclass
 
@@ -20,6 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 GENERATION_TOKENS = "sglang:generation_tokens"  # the parser drops the counter's _total
 SPEC_VERIFY_CALLS = "sglang:spec_verify_calls"
 _WANTED = (GENERATION_TOKENS, SPEC_VERIFY_CALLS)
+# One sample line of the text format: name, optional {labels}, value, optional timestamp.
+_SAMPLE = re.compile(
+    r'[a-zA-Z_:][a-zA-Z0-9_:]*(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?[ \t]+(\S+)([ \t]+-?\d+)?'
+)
 
 
 class MetricsFormatError(ValueError):
@@ -35,17 +40,21 @@ class SpecCounters:
 def parse_spec_counters(text: str) -> SpecCounters | None:
     """Sum both counters over all their series; None when the engine exports neither.
 
-    Only the two families' lines are handed to prometheus_client's parser, so a large /metrics
-    page costs a line scan, not a full parse.
+    Every sample line is checked for shape (a broken page is an error even when the two counters
+    are fine: it means the engine's exporter is broken); only the two families' lines are handed
+    to prometheus_client's parser, so a large /metrics page costs a line scan, not a full parse.
     """
-    lines = [
-        line
-        for line in text.splitlines()
-        if any(
-            line.startswith(name) or line.startswith(("# HELP " + name, "# TYPE " + name))
-            for name in _WANTED
-        )
-    ]
+    lines: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line or line.startswith("#"):
+            if any(line.startswith(("# HELP " + n, "# TYPE " + n)) for n in _WANTED):
+                lines.append(line)
+            continue
+        match = _SAMPLE.fullmatch(line.rstrip())
+        if match is None or not _is_float(match.group(2)):
+            raise MetricsFormatError(f"line {number} is not a sample: {line[:80]!r}")
+        if line.startswith(_WANTED):
+            lines.append(line)
     totals = dict.fromkeys(_WANTED, 0.0)
     seen = False
     try:
@@ -64,6 +73,14 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
     if not seen:
         return None
     return SpecCounters(totals[GENERATION_TOKENS], totals[SPEC_VERIFY_CALLS])
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class SpecWindow:

@@ -37,14 +37,20 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class EventStream(Response):
-    """An SSE response fed by an async iterator of ready-made events."""
+    """An SSE response fed by an async iterator of (event bytes, engine deadline or 0).
+
+    After each send it tells the engine how late the event left (``Engine.observe_send``).
+    """
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+    def __init__(
+        self, events: AsyncIterator[tuple[bytes, float]], on_close: Callable[[], None], eng: Engine
+    ) -> None:
         super().__init__(status_code=200, media_type=self.media_type)
         self.events = events
         self.on_close = on_close
+        self.eng = eng
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -54,8 +60,12 @@ class EventStream(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         watcher = asyncio.ensure_future(self._watch(receive))
         try:
-            async for event in self.events:
+            clock = self.eng.loop.time
+            observe = self.eng.observe_send
+            async for event, deadline in self.events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
+                if deadline:
+                    observe(clock() - deadline)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (Aborted, OSError):
             pass
@@ -147,15 +157,24 @@ class Sim:
 ARRIVAL_KEY = "qwen_npu_sim_arrival"
 
 
-def stamped_h11_protocol() -> type:
-    """uvicorn's h11 protocol, stamping each request's arrival time (loop clock) into its scope.
+def stamped_protocol() -> type:
+    """uvicorn's HTTP protocol (httptools when installed, else h11), stamping arrival times.
 
     Under a burst of requests the handler of the last one runs only after the others'; stamping
-    in ``data_received`` lets TTFT count from when the bytes arrived, as on a real server.
+    each new request's scope in ``data_received`` (loop clock) lets TTFT count from when the
+    bytes arrived, as on a real server.
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    base: Any
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class StampedH11Protocol(H11Protocol):  # type: ignore[misc]
+        base = HttpToolsProtocol
+    except ImportError:  # httptools missing: the pure-Python parser
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = H11Protocol
+
+    class StampedProtocol(base):  # type: ignore[misc]
         def data_received(self, data: bytes) -> None:
             t = self.loop.time()
             before = getattr(self, "scope", None)
@@ -164,7 +183,7 @@ def stamped_h11_protocol() -> type:
             if scope is not None and scope is not before and isinstance(scope.get("state"), dict):
                 scope["state"][ARRIVAL_KEY] = t
 
-    return StampedH11Protocol
+    return StampedProtocol
 
 
 def crash(reason: str) -> None:
@@ -202,7 +221,7 @@ def create_app(cfg: SimConfig) -> FastAPI:
     async def run(
         request: Request,
         p: proto.GenParams,
-        events: Callable[[EngineRequest], AsyncIterator[bytes]],
+        events: Callable[[EngineRequest], AsyncIterator[tuple[bytes, float]]],
         whole: Callable[[EngineRequest], dict[str, Any]],
     ) -> Response:
         eng = sim.eng
@@ -214,7 +233,7 @@ def create_app(cfg: SimConfig) -> FastAPI:
                 proto.error_body("the waiting queue is full", 503, "busy"), status_code=503
             )
         if p.stream:
-            return EventStream(events(req), lambda: eng.abort(req))
+            return EventStream(events(req), lambda: eng.abort(req), eng)
         try:
             while True:
                 chunks = await req.next_chunks()
@@ -239,15 +258,15 @@ def create_app(cfg: SimConfig) -> FastAPI:
             return refused
         steps = cfg.speculative_num_steps
 
-        async def events(req: EngineRequest) -> AsyncIterator[bytes]:
+        async def events(req: EngineRequest) -> AsyncIterator[tuple[bytes, float]]:
             ns = proto.NativeStream(req, rid, steps)
             while True:
                 chunks = await req.next_chunks()
                 for ch in chunks:  # one SSE event per engine step, as SGLang streams them
-                    yield ns.event(ch)
+                    yield ns.event(ch), ch.deadline
                 if chunks[-1].finished:
                     break
-            yield b"data: [DONE]\n\n"
+            yield b"data: [DONE]\n\n", 0.0
 
         def whole(req: EngineRequest) -> dict[str, Any]:
             return proto.native_body(req, rid, sim.eng.loop.time(), steps)
@@ -264,17 +283,17 @@ def create_app(cfg: SimConfig) -> FastAPI:
         if refused is not None:
             return refused
 
-        async def events(req: EngineRequest) -> AsyncIterator[bytes]:
+        async def events(req: EngineRequest) -> AsyncIterator[tuple[bytes, float]]:
             os_ = proto.OpenAIStream(req, rid, cfg.model_name, chat)
             while True:
                 chunks = await req.next_chunks()
                 for ch in chunks:
-                    yield os_.event(ch)
+                    yield os_.event(ch), ch.deadline
                 if chunks[-1].finished:
                     break
             if p.include_usage:
-                yield os_.usage_event()
-            yield b"data: [DONE]\n\n"
+                yield os_.usage_event(), 0.0
+            yield b"data: [DONE]\n\n", 0.0
 
         def whole(req: EngineRequest) -> dict[str, Any]:
             return proto.openai_body(req, rid, cfg.model_name, chat)

@@ -107,7 +107,7 @@ def serve(cfg: SimConfig) -> int:
     import uvicorn
     from prometheus_client import disable_created_metrics
 
-    from qwen_npu.serve.sim.app import create_app, stamped_h11_protocol
+    from qwen_npu.serve.sim.app import create_app, stamped_protocol
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # SGLang's multiprocess exposition has no *_created series
     config = uvicorn.Config(
@@ -119,7 +119,7 @@ def serve(cfg: SimConfig) -> int:
         lifespan="on",
         timeout_keep_alive=30,
         backlog=4096,
-        http=stamped_h11_protocol(),
+        http=stamped_protocol(),
     )
     server = uvicorn.Server(config)
     log = logging.getLogger("qwen_npu.sim")

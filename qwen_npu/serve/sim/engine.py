@@ -2,7 +2,10 @@
 
 Timing is kept honest with absolute deadlines on the event loop's monotonic clock: a request's
 first token is due at ``admit + ttft(prompt)``, each later step at ``previous deadline +
-step(batch)``. Lateness of one wake-up never accumulates. One timer (``loop.call_at``) wakes for the
+step(batch)``. Lateness of one wake-up never accumulates. A burst of due steps cannot all be
+sent at the same instant on one core, so the engine centres the burst on its deadline: a lead
+(0..5 ms), tracked from every streamed send so that the median send lateness is zero, makes the
+timer fire that much earlier. One timer (``loop.call_at``) wakes for the
 earliest deadline, slightly early because epoll rounds sleeps up to the millisecond, and emits every
 step that is due. Each request keeps its own step phase (as if it had joined the batch the moment
 its prefill finished), so the measured TTFT and inter-token gaps equal the configured ones.
@@ -27,6 +30,8 @@ from qwen_npu.serve.sim.metrics import GaugeValues, SimMetrics
 from qwen_npu.serve.sim.tokens import TokenStream, splitmix64
 
 EARLY_S = 0.0005  # wake this much before a deadline; epoll sleeps round up to 1 ms
+MAX_LEAD_S = 0.005  # the burst-centring lead never exceeds this
+LEAD_STEP_S = 0.000002  # the lead's step per observed send
 WINDOW_S = 10.0  # window of gen_throughput and the spec gauges
 
 
@@ -74,6 +79,7 @@ class Chunk:
     finished: bool
     emitted: int  # the request's tokens so far, this chunk included
     verify_ct: int  # its verify steps so far
+    deadline: float  # when the step was due (loop clock)
 
 
 class Request:
@@ -168,6 +174,7 @@ class Engine:
         self._paused_at: float | None = None
         self._lane_free = -math.inf  # prefill-serial: when the prefill lane is free again
         self.last_emit = -math.inf
+        self.lead = 0.0  # burst-centring lead (seconds), see observe_send()
         self.spec = cfg.spec_enabled
         dist = acceptance_distribution(cfg)
         self._cum = list(itertools.accumulate(dist))
@@ -231,7 +238,7 @@ class Engine:
             self._timer = None
         self._timer_at = math.inf
         if self._heap and self._paused_at is None:
-            at = self._heap[0][0] - EARLY_S
+            at = self._heap[0][0] - EARLY_S - self.lead
             self._timer_at = at
             self._timer = self.loop.call_at(at, self._on_timer)
 
@@ -266,7 +273,7 @@ class Engine:
             return
         now = self.loop.time()
         heap = self._heap
-        horizon = now + EARLY_S
+        horizon = now + EARLY_S + self.lead
         while heap and heap[0][0] <= horizon:
             deadline, _, req = heapq.heappop(heap)
             if not req.done:
@@ -290,7 +297,7 @@ class Engine:
         n = min(n, req.max_new - req.emitted)
         req.tokens.take(n)
         req.emitted += n
-        t = max(now, deadline)
+        t = deadline if now < deadline else now
         self.last_emit = t
         finished = req.emitted >= req.max_new
         if req.log_metrics:
@@ -311,7 +318,7 @@ class Engine:
         if first:
             req.first_t = t
         req.last_t = t
-        req.chunks.append(Chunk(n, t, finished, req.emitted, req.verify_ct))
+        req.chunks.append(Chunk(n, t, finished, req.emitted, req.verify_ct, deadline))
         if finished:
             req.done = True
             req.running = False
@@ -334,6 +341,13 @@ class Engine:
         old = [s for s in self._window if s < sec - WINDOW_S]
         for s in old:
             del self._window[s]
+
+    def observe_send(self, lateness: float) -> None:
+        """Track the median lateness of streamed sends towards zero (a quantile tracker)."""
+        if lateness > 0:
+            self.lead = min(self.lead + LEAD_STEP_S, MAX_LEAD_S)
+        else:
+            self.lead = max(self.lead - LEAD_STEP_S, 0.0)
 
     # -- hang_generate -----------------------------------------------------------------------
 

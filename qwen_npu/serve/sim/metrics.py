@@ -8,10 +8,14 @@ buckets), so the simulator cannot export a name the dashboards do not know. The 
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 from qwen_npu.serve.sglang_metrics import SGLANG_METRICS
 
@@ -32,6 +36,37 @@ class GaugeValues:
     spec_num_draft_tokens: float = 0.0
 
 
+class FastHistogram(Collector):
+    """A histogram for the per-chunk hot path: one bisect and two adds per observation.
+
+    prometheus-client's Histogram takes a lock and walks its buckets on every ``observe``; at
+    20k+ chunks/s that is a visible share of the one core, so the inter-token latency histogram
+    (observed once per streamed chunk) keeps plain counts and renders them at scrape time.
+    """
+
+    def __init__(self, name: str, help_: str, labels: dict[str, str], buckets: tuple[float, ...]):
+        self.name = name
+        self.help = help_
+        self.labels = labels
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        fam = HistogramMetricFamily(self.name, self.help, labels=list(self.labels))
+        cumulative, total = [], 0
+        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            total += count
+            le = "+Inf" if bound == float("inf") else repr(float(bound))
+            cumulative.append((le, float(total)))
+        fam.add_metric(list(self.labels.values()), cumulative, self.sum)
+        yield fam
+
+
 class SimMetrics:
     """prometheus-client objects for every SGLang metric, with the label values bound once."""
 
@@ -45,6 +80,12 @@ class SimMetrics:
             short = spec.name.removeprefix("sglang:")
             labels = list(spec.labels)
             metric: Any
+            if spec.name == "sglang:inter_token_latency_seconds":
+                vals = {k: values[k] for k in labels}
+                fast = FastHistogram(spec.name, spec.help, vals, spec.buckets)
+                self.registry.register(fast)
+                self._children[(short, "")] = fast
+                continue
             if spec.kind == "gauge":
                 metric = Gauge(spec.name, spec.help, labels, registry=self.registry)
             elif spec.kind == "counter":

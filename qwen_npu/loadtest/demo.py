@@ -1,0 +1,190 @@
+"""``make demo``: the whole loop without an NPU: simulator, sidecar, CONC=10 bench, table.
+
+What it does, in order, saying each step as it goes: start the SGLang-protocol simulator with the
+profile shaped after the upstream pull request's checkpoint (Qwen3.6-35B-A3B W8A8, TP2, MTP) on
+127.0.0.1:30000 (or a free port when that one is taken), start the sidecar beside it on 9400 (or
+a free port), run ``qwen-npu bench`` at concurrency 10, print the table and where the sidecar's and
+the engine's metrics are, and stop both processes: also on Ctrl-C, on a failure, or when a
+start fails. Logs of the two servers go to ``out/demo/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
+SIDECAR_LINES = (
+    "qwen_npu_engine_up",
+    "qwen_npu_engine_ready",
+    "qwen_npu_spec_accept_length",
+    "qwen_npu_canary_runs_total",
+)
+
+
+def say(msg: str) -> None:
+    print(f"demo: {msg}", flush=True)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int) -> int:
+    if port_free(preferred):
+        return preferred
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_for(url: str, timeout_s: float, proc: subprocess.Popen[bytes]) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if http_ok(url):
+            return True
+        time.sleep(0.25)
+    return False
+
+
+class Children:
+    """The processes the demo started; ``stop()`` ends each of them (terminate, then kill)."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as f:
+            proc = subprocess.Popen(
+                cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.procs.append((name, proc))
+        return proc
+
+    def stop(self) -> None:
+        for name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+                say(f"stopped {name} (pid {proc.pid})")
+        self.procs.clear()
+
+
+def sidecar_sample(url: str) -> list[str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return []
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(SIDECAR_LINES) and not line.startswith("#")
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    engine_port = pick_port(30000)
+    sidecar_port = pick_port(9400)
+    engine = f"http://127.0.0.1:{engine_port}"
+    sidecar = f"http://127.0.0.1:{sidecar_port}"
+    children = Children()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        say(
+            f"1/4 starting the SGLang simulator (profile {PROFILE}: Qwen3.6-35B-A3B W8A8, TP2, "
+            f"MTP accept length 2.5) on {engine}; it is NOT a model, its text is synthetic"
+        )
+        sim = children.start(
+            "simulator",
+            [py, "-m", "qwen_npu", "sim", "--profile", PROFILE, "--port", str(engine_port),
+             "--host", "127.0.0.1"],
+            out / "sim.log",
+        )  # fmt: skip
+        say("   waiting for the simulated engine to load (its profile takes 5 s to start)")
+        if not wait_for(f"{engine}/health", 60, sim):
+            say(f"the simulator did not come up; see {out / 'sim.log'}")
+            return 1
+        say(f"2/4 starting the sidecar on {sidecar} (watching {engine})")
+        side = children.start(
+            "sidecar",
+            [py, "-m", "qwen_npu", "sidecar", "--engine-url", engine, "--host", "127.0.0.1",
+             "--port", str(sidecar_port), "--state-dir", str(out / "state")],
+            out / "sidecar.log",
+        )  # fmt: skip
+        sidecar_up = wait_for(f"{sidecar}/livez", 30, side)
+        if not sidecar_up:
+            say(f"the sidecar did not come up (see {out / 'sidecar.log'}); going on without it")
+        say(
+            f"3/4 load test: {args.num_prompts} requests of 1024 tokens in / 100 out, 10 at a "
+            "time, as in the upstream pull request (make bench CONC=10); about 30 s"
+        )
+        bench = subprocess.run(
+            [py, "-m", "qwen_npu", "bench", "--target", engine, "--concurrency", "10",
+             "--num-prompts", str(args.num_prompts), "--output", str(out / "bench.jsonl")],
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        say("4/4 where to look now (the servers stop when this demo ends):")
+        print(f"  engine (simulated) metrics: {engine}/metrics  (sglang:* names)")
+        if sidecar_up:
+            print(f"  sidecar metrics:            {sidecar}/metrics  (qwen_npu_* names)")
+            print(f"  sidecar status:             {sidecar}/status")
+            for line in sidecar_sample(f"{sidecar}/metrics"):
+                print(f"    {line}")
+        print(f"  bench history:              {out / 'bench.jsonl'} (one JSON line per run)")
+        if args.hold_s > 0:
+            say(f"keeping the servers up for {args.hold_s:.0f} s (Ctrl-C ends it sooner)")
+            time.sleep(args.hold_s)
+        return bench.returncode
+    except KeyboardInterrupt:
+        say("interrupted; stopping what was started")
+        return 130
+    finally:
+        children.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m qwen_npu.loadtest.demo", description=__doc__)
+    p.add_argument("--num-prompts", type=int, default=50)
+    p.add_argument("--out-dir", default=os.path.join("out", "demo"))
+    p.add_argument("--hold-s", type=float, default=0.0, help="keep the servers up this long")
+    return run(p.parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

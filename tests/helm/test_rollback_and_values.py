@@ -1,0 +1,177 @@
+"""Rollback safety between revisions, render-time errors for bad values, the values schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from . import chart_tool
+
+P = chart_tool.PROFILES_DIR
+UPSTREAM = chart_tool.values_from(P / "qwen3.6-35b-a3b-w8a8.yaml")
+BIG = chart_tool.values_from(P / "qwen3.5-397b-a17b-w8a8.yaml")
+
+# Fields Kubernetes refuses to change on update (a rollback is an update): per kind, JSON paths.
+IMMUTABLE: dict[str, list[tuple[str, ...]]] = {
+    "Deployment": [("spec", "selector")],
+    "Service": [("spec", "clusterIP"), ("spec", "clusterIPs"), ("spec", "ipFamilies")],
+    "PodDisruptionBudget": [("spec", "selector")],
+    "NetworkPolicy": [("spec", "podSelector")],
+    "LeaderWorkerSet": [("spec", "leaderWorkerTemplate", "size")],
+    "RoleBinding": [("roleRef",)],
+    "ServiceMonitor": [("spec", "selector")],
+}
+
+NEW_TAG = {"image": {"engine": {"tag": "0.1.1"}}}
+PATCH_OFF = {"patches": {"disabled": ["mtp-modelslim-unquant"]}}
+PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "image-tag": (UPSTREAM, chart_tool.deep_merge(UPSTREAM, NEW_TAG)),
+    "mtp-off": (UPSTREAM, chart_tool.deep_merge(UPSTREAM, {"mtp": {"enabled": False}})),
+    "patch-off": (UPSTREAM, chart_tool.deep_merge(UPSTREAM, PATCH_OFF)),
+    "profile-27b": (UPSTREAM, chart_tool.values_from(P / "qwen3.5-27b-w8a8.yaml")),
+    "profile-122b": (UPSTREAM, chart_tool.values_from(P / "qwen3.5-122b-a10b-w8a8.yaml")),
+    "lws-image-tag": (BIG, chart_tool.deep_merge(BIG, NEW_TAG)),
+    "lws-mtp-off": (BIG, chart_tool.deep_merge(BIG, {"mtp": {"enabled": False}})),
+    "router-on": (UPSTREAM, chart_tool.values_from(chart_tool.CI_DIR / "router-values.yaml")),
+}  # fmt: skip
+
+
+def _get(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = doc
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _index(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+@pytest.mark.parametrize("pair", list(PAIRS))
+def test_should_keep_selectors_and_immutable_fields_when_rolling_back(pair: str) -> None:
+    before_values, after_values = PAIRS[pair]
+    before = _index(chart_tool.render_docs(before_values))
+    after = _index(chart_tool.render_docs(after_values))
+    common = before.keys() & after.keys()
+    assert ("Service", "qwen-npu-engine") in common
+    for key in common:
+        for path in IMMUTABLE.get(key[0], []):
+            assert _get(before[key], path) == _get(after[key], path), (key, path)
+    # The engine workload keeps its kind and name, so the rollback updates it in place.
+    engines = {k for k in before if k[1] == "qwen-npu-engine" and k[0] != "Service"}
+    assert engines == {k for k in after if k[1] == "qwen-npu-engine" and k[0] != "Service"}
+    # Nothing whose spec a rollback cannot shrink or rebind: no PVC, no StatefulSet.
+    kinds = {k[0] for k in before.keys() | after.keys()}
+    assert not kinds & {"PersistentVolumeClaim", "StatefulSet", "Job"}
+    # The pair really differs (the test would be empty otherwise).
+    assert before != after
+
+
+def test_should_roll_engine_pods_when_image_tag_changes() -> None:
+    before_values, after_values = PAIRS["image-tag"]
+    before = chart_tool.engine_workload(chart_tool.render_docs(before_values))
+    after = chart_tool.engine_workload(chart_tool.render_docs(after_values))
+    assert before["spec"]["template"] != after["spec"]["template"]
+    assert before["spec"]["selector"] == after["spec"]["selector"]
+
+
+BOTH_ZERO = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}}
+BAD_VALUES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "tp-not-dividing-heads": (
+        {"engine": {"tpSize": 3}},
+        ["engine.tpSize (3)", "model.linearNumValueHeads (32)"],
+    ),
+    "tp-not-dividing-key-heads": (
+        {"engine": {"tpSize": 8}, "model": {"linearNumValueHeads": 64, "linearNumKeyHeads": 4}},
+        ["engine.tpSize (8)", "model.linearNumKeyHeads (4)"],
+    ),
+    "tp-not-multiple-of-nodes": (
+        {"engine": {"tpSize": 4, "nodes": 3}},
+        ["engine.tpSize (4)", "engine.nodes (3)"],
+    ),
+    "both-zero-rollout": (
+        {"updateStrategy": BOTH_ZERO},
+        ["updateStrategy.rollingUpdate.maxSurge", "updateStrategy.rollingUpdate.maxUnavailable"],
+    ),
+    "missing-pvc": ({"model": {"pvc": {"claimName": ""}}}, ["model.pvc.claimName"]),
+    "missing-host-path": ({"model": {"source": "hostPath"}}, ["model.hostPath.path"]),
+    "missing-image": ({"model": {"source": "image"}}, ["model.image.reference"]),
+    "missing-model-path": ({"model": {"path": ""}}, ["model.path"]),
+    "min-above-max": (
+        {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
+        ["autoscaling.minReplicas", "autoscaling.maxReplicas"],
+    ),
+    "wrong-type": ({"engine": {"tpSize": "two"}}, ["/engine/tpSize", "want integer"]),
+    "wrong-bool": ({"mtp": {"enabled": "yes"}}, ["/mtp/enabled", "want boolean"]),
+    "misspelled-key": ({"mtp": {"enable": False}}, ["/mtp", "'enable' not allowed"]),
+    "unknown-source": ({"model": {"source": "s3"}}, ["/model/source"]),
+    "unknown-patch": ({"patches": {"disabled": ["no-such-patch"]}}, ["/patches/disabled/0"]),
+    "plain-api-key": ({"apiKey": {"value": "sk-123"}}, ["/apiKey", "'value' not allowed"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_VALUES))
+def test_should_fail_naming_the_value_when_values_are_bad(case: str) -> None:
+    values, fragments = BAD_VALUES[case]
+    with pytest.raises((helm.HelmRenderError, helm.HelmValuesError)) as caught:
+        chart_tool.render(values)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_should_match_values_file_when_regenerating_schema(repo: Any) -> None:
+    import importlib.util
+
+    path = repo / "helm/qwen-npu/hack/gen_schema.py"
+    spec = importlib.util.spec_from_file_location("gen_schema", path)
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    values_text = (repo / "helm/qwen-npu/values.yaml").read_text()
+    committed = (repo / "helm/qwen-npu/values.schema.json").read_text()
+    assert gen.render_schema(values_text) == committed
+    readme = (repo / "helm/qwen-npu/README.md").read_text()
+    assert gen.render_readme(readme, values_text) == readme
+    # Every value in values.yaml has a schema entry with a description, and nothing else does.
+    schema = json.loads(committed)
+    values = yaml.safe_load(values_text)
+
+    def walk(node: dict[str, Any], value: Any, path: str) -> None:
+        if node.get("type") == "object" and "properties" in node:
+            assert node["additionalProperties"] is False, path
+            assert set(node["properties"]) == set(value), path
+            for key, child in node["properties"].items():
+                walk(child, value[key], f"{path}.{key}")
+        else:
+            assert node.get("description"), path
+            assert node["default"] == value, path
+
+    walk(schema, values, "")
+    # A missing description is an error naming the key.
+    broken = values_text.replace("  # -- Served model name", "  # Served model name")
+    with pytest.raises(gen.SchemaSourceError, match=r"key model\.name"):
+        gen.render_schema(broken)
+
+
+def test_should_default_monitoring_thresholds_when_installing(repo: Any) -> None:
+    values = yaml.safe_load((repo / "helm/qwen-npu/values.yaml").read_text())
+    monitoring = values["monitoring"]
+    assert monitoring["prometheusRule"]["thresholds"] == {
+        "startupBudgetSeconds": 1800,
+        "ttftP99Seconds": 2.0,
+        "tpotP99Seconds": 0.1,
+        "queueDepth": 32,
+        "specAcceptLengthMin": 1.5,
+        "canaryDegenerationMax": 0.5,
+        "hbmUsedRatioMax": 0.95,
+    }
+    assert monitoring["dashboards"]["labels"] == {"grafana_dashboard": "1"}
+    for part in ("serviceMonitor", "prometheusRule", "dashboards"):
+        assert monitoring[part]["enabled"] is True
+    assert monitoring["runbookBaseUrl"].endswith("docs/runbook.md")
+    assert set(values["mtp"]) == {"enabled", "algorithm", "numSteps", "eagleTopk", "numDraftTokens"}

@@ -1,0 +1,147 @@
+"""``make perf-loadtest``: how close each client comes to the simulator's truth, and one process's capacity.
+
+Part 1: the same simulator (TTFT 50 ms, 10 ms per token; 256 tokens in, 100 out), dataset and seed,
+measured by ``qwen-npu bench`` and by ``sglang.benchmark.serving`` at CONC 1, 10 and 64; each figure
+with its error against the truth (TTFT 50, TPOT/ITL 10, E2E 1040 ms, throughput of back-to-back
+waves). Part 2: the capacity of one locust process: concurrency rises (so does the streamed token
+rate) until mean TPOT drifts more than 5% from the truth; then the same with WORKERS=2. Client and
+simulator share this machine's cores, so the capacity found is a floor. Written to the --out file
+(markdown) and printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from qwen_npu.serve.sim.testing import running_sim
+
+from .tokenizer_fixture import build_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+TTFT, ITL, IN_LEN, OUT_LEN = 50.0, 10.0, 256, 100
+E2E = TTFT + (OUT_LEN - 1) * ITL
+
+
+def ours(url: str, conc: int, num: int, tok: Path, out: Path, workers: int = 0) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "qwen_npu", "bench", "--target", url, "-c", str(conc),
+           "--num-prompts", str(num), "--input-len", str(IN_LEN), "--output-len", str(OUT_LEN),
+           "--tokenizer", str(tok), "--workers", str(workers), "--output", str(out)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, timeout=600)
+    return dict(json.loads(out.read_text().splitlines()[-1]))
+
+
+def sglang(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "tests" / "stubs"))
+    cmd = [sys.executable, "-W", "ignore", "-m", "sglang.benchmark.serving", "--backend", "sglang",
+           "--base-url", url, "--dataset-name", "random-ids", "--num-prompts", str(num),
+           "--random-input-len", str(IN_LEN), "--random-output-len", str(OUT_LEN),
+           "--random-range-ratio", "1.0", "--request-rate", "inf", "--max-concurrency", str(conc),
+           "--tokenize-prompt", "--tokenizer", str(tok), "--model", str(tok), "--disable-tqdm",
+           "--output-file", str(out)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, env=env, timeout=600)
+    return dict(json.loads(out.read_text().splitlines()[-1]))
+
+
+def truth_tput(conc: int, num: int) -> float:
+    waves = -(-num // conc)
+    return num * OUT_LEN / (waves * E2E / 1000.0)
+
+
+def err(value: float, truth: float, pct: bool = False) -> str:
+    if pct:
+        return f"{value:.1f} ({(value - truth) / truth * 100:+.1f}%)"
+    return f"{value:.2f} ({value - truth:+.2f})"
+
+
+def accuracy(tok: Path, tmp: Path) -> list[str]:
+    rows = [
+        "| CONC | tool | mean TTFT ms (err) | mean TPOT ms (err) | mean ITL ms (err) "
+        "| mean E2E ms (err) | output tok/s (err) |",
+        "|---|---|---|---|---|---|---|",
+        f"| | truth | {TTFT:.2f} | {ITL:.2f} | {ITL:.2f} | {E2E:.2f} | waves of one E2E |",
+    ]
+    with running_sim(ttft_ms=TTFT, itl_ms=ITL, max_running_requests=256) as url:
+        for conc in (1, 10, 64):
+            num = {1: 12, 10: 50, 64: 128}[conc]
+            for name, fn in (("qwen-npu bench", ours), ("sglang.benchmark.serving", sglang)):
+                r = fn(url, conc, num, tok, tmp / f"{name[:6]}-{conc}.jsonl")
+                rows.append(
+                    f"| {conc} | {name} | {err(r['mean_ttft_ms'], TTFT)} | "
+                    f"{err(r['mean_tpot_ms'], ITL)} | {err(r['mean_itl_ms'], ITL)} | "
+                    f"{err(r['mean_e2e_latency_ms'], E2E)} | "
+                    f"{err(r['output_throughput'], truth_tput(conc, num), pct=True)} |"
+                )
+                print(rows[-1], flush=True)
+    return rows
+
+
+def capacity(tok: Path, tmp: Path) -> list[str]:
+    rows = [
+        "| WORKERS | CONC | streamed tok/s | mean TPOT ms (err) | p99 ITL ms | within 5% |",
+        "|---|---|---|---|---|---|",
+    ]
+    with running_sim(ttft_ms=TTFT, itl_ms=ITL, max_running_requests=1024) as url:
+        for workers in (0, 2):
+            for conc in (32, 64, 128, 256, 512):
+                r = ours(url, conc, conc * 2, tok, tmp / f"cap-{workers}-{conc}.jsonl", workers)
+                ok = abs(r["mean_tpot_ms"] - ITL) / ITL <= 0.05
+                rows.append(
+                    f"| {workers} | {conc} | {r['output_throughput']:.0f} | "
+                    f"{err(r['mean_tpot_ms'], ITL)} | {r['p99_itl_ms']:.1f} | "
+                    f"{'yes' if ok else 'no'} |"
+                )
+                print(rows[-1], flush=True)
+                if not ok:
+                    break
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default="out/perf/loadtest.md")
+    p.add_argument("--skip-capacity", action="store_true")
+    args = p.parse_args()
+    started = time.time()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        tok = build_tokenizer(tmp / "tok")
+        lines = [
+            "# Load test: accuracy against the simulator's truth, and capacity",
+            "",
+            f"Simulator: TTFT {TTFT:.0f} ms, {ITL:.0f} ms per token; {IN_LEN} tokens in, "
+            f"{OUT_LEN} out; random-ids, seed 42. Errors are measured minus truth. "
+            f"Machine: {os.cpu_count()} cores shared by client and simulator.",
+            "",
+            "## Both tools against the truth",
+            "",
+            *accuracy(tok, tmp),
+        ]
+        if not args.skip_capacity:
+            lines += [
+                "",
+                "## Capacity of one locust process (and WORKERS=2)",
+                "",
+                "Concurrency rises until mean TPOT drifts more than 5% from the truth; "
+                "the streamed token rate at the last 'yes' row is the capacity.",
+                "",
+                *capacity(tok, tmp),
+            ]
+    lines += ["", f"Took {time.time() - started:.0f} s."]
+    text = "\n".join(lines) + "\n"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

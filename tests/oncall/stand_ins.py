@@ -1,0 +1,83 @@
+"""Recording stand-ins for `helm` and `kubectl`, put first on PATH by the on-call tests.
+
+Why it exists: no cluster runs here, so the tests check the exact command lines the make targets
+build. Each call is appended to a JSON-lines log; `helm get values` answers from a file and any
+command can be told to fail. With ONCALL_EXEC_LOCAL=1, `kubectl exec POD -c C -- CMD...` runs CMD
+on this machine (the sidecar's readiness check, against a real sidecar on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+# The interpreter behind this venv, started without site: a stand-in call costs milliseconds
+# (a pyenv shim or the venv's .pth hooks would cost a few hundred).
+PYTHON = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+STAND_IN = """#!{python} -S
+import json, os, subprocess, sys
+name = os.path.basename(sys.argv[0])
+args = sys.argv[1:]
+with open(os.environ["ONCALL_LOG"], "a") as log:
+    log.write(json.dumps([name, *args]) + "\\n")
+words = " ".join(args)
+fail = os.environ.get("ONCALL_FAIL", "")
+if fail and fail in name + " " + words:
+    print(name + ": simulated failure", file=sys.stderr)
+    sys.exit(1)
+if name == "helm" and args[:2] == ["get", "values"]:
+    path = os.environ.get("HELM_VALUES_FILE", "")
+    sys.stdout.write(open(path).read() if path else "{}")
+elif name == "kubectl" and "get" in args and "pod" in args and "jsonpath" in words:
+    sys.stdout.write(os.environ.get("ONCALL_POD", "qwen-npu-engine-7d9f-abcde"))
+elif name == "kubectl" and "exec" in args and os.environ.get("ONCALL_EXEC_LOCAL") == "1":
+    cmd = args[args.index("--") + 1:]
+    if cmd[0] == "python3":
+        cmd[0] = sys.executable
+    sys.exit(subprocess.run(cmd).returncode)
+"""
+
+
+def install(directory: Path) -> dict[str, str]:
+    """Write `helm` and `kubectl` into directory; return the environment that uses them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("helm", "kubectl"):
+        path = directory / name
+        path.write_text(STAND_IN.replace("{python}", PYTHON, 1))
+        path.chmod(0o755)
+    return {
+        "PATH": f"{directory}:{os.environ['PATH']}",
+        "ONCALL_LOG": str(directory / "calls.jsonl"),
+        "ONCALL_PYTHON": PYTHON,
+    }
+
+
+def calls(env: dict[str, str]) -> list[list[str]]:
+    log = Path(env["ONCALL_LOG"])
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def make(
+    repo: Path, env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run `make <args>` in the repository with the stand-ins first on PATH."""
+    base = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(repo), *args],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def printed(done: subprocess.CompletedProcess[str]) -> list[list[str]]:
+    """The commands a target printed (`+ ...` lines), parsed back into argument lists."""
+    return [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("+ ")]

@@ -1,0 +1,275 @@
+"""The kill-switch targets build the right helm and kubectl command lines (recording stand-ins for
+both first on PATH), print each command they run, wait for the rollout and the sidecar, refuse
+bad input before touching the cluster, and fail when a step fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .stand_ins import calls, install, make, printed
+
+PATCHES = ["modelslim-moe-unquant-fallback", "mtp-modelslim-unquant", "mamba-scatter-ub-aware"]
+SERVING = (
+    "app.kubernetes.io/instance={r},app.kubernetes.io/component=engine,qwen-npu.io/role=leader"
+)
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> dict[str, str]:
+    return install(tmp_path / "bin")
+
+
+def wait_calls(
+    release: str = "qwen-npu", namespace: str = "default", deployment: str | None = None
+) -> list[list[str]]:
+    """The waiting steps every kill switch ends with."""
+    ns = ["kubectl", "--namespace", namespace]
+    serving = SERVING.format(r=release)
+    steps = []
+    if deployment is not None:
+        steps.append([*ns, "rollout", "status", f"deployment/{deployment}", "--timeout=35m"])
+    steps += [
+        [*ns, "wait", "--for=condition=Ready", "pod", "--selector", serving, "--timeout=35m"],
+        [*ns, "get", "pod", "--selector", serving, "-o", "jsonpath={.items[0].metadata.name}"],
+    ]
+    return steps
+
+
+def exec_readyz(call: list[str], namespace: str = "default") -> None:
+    assert call[:8] == [
+        "kubectl",
+        "--namespace",
+        namespace,
+        "exec",
+        "qwen-npu-engine-7d9f-abcde",
+        "-c",
+        "sidecar",
+        "--",
+    ]
+    assert call[8:10] == ["python3", "-c"] and "http://127.0.0.1:9400/readyz" in call[10]
+
+
+def test_mtp_off_upgrades_with_reuse_values_then_waits(repo: Path, env: dict[str, str]) -> None:
+    done = make(repo, env, "mtp-off")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = calls(env)
+    assert seen[0] == [
+        "helm",
+        "upgrade",
+        "qwen-npu",
+        "helm/qwen-npu",
+        "--namespace",
+        "default",
+        "--reuse-values",
+        "--set",
+        "mtp.enabled=false",
+    ]
+    assert seen[1:4] == wait_calls(deployment="qwen-npu-engine")
+    exec_readyz(seen[4])
+    assert len(seen) == 5
+    # Every command that changes or waits was printed, exactly as run.
+    assert printed(done) == [seen[0], seen[1], seen[2], seen[4]]
+    assert done.stdout.rstrip().endswith(
+        "mtp-off: done, release qwen-npu in default is ready (make status for details)"
+    )
+
+
+def test_mtp_on_with_release_and_namespace(repo: Path, env: dict[str, str]) -> None:
+    done = make(repo, env, "mtp-on", "RELEASE=prod", "NAMESPACE=llm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = calls(env)
+    assert seen[0] == [
+        "helm",
+        "upgrade",
+        "prod",
+        "helm/qwen-npu",
+        "--namespace",
+        "llm",
+        "--reuse-values",
+        "--set",
+        "mtp.enabled=true",
+    ]
+    # The chart's fullname rule: "prod" lacks the chart name -> Deployment prod-qwen-npu-engine.
+    assert seen[1:4] == wait_calls("prod", "llm", deployment="prod-qwen-npu-engine")
+    exec_readyz(seen[4], "llm")
+
+
+def test_a_release_named_after_the_chart_keeps_its_name(repo: Path, env: dict[str, str]) -> None:
+    assert (
+        make(
+            repo, env, "mtp-off", "RELEASE=qwen-npu-canary", "CHART=/charts/qwen-npu-0.1.0.tgz"
+        ).returncode
+        == 0
+    )
+    seen = calls(env)
+    assert seen[0][2:4] == ["qwen-npu-canary", "/charts/qwen-npu-0.1.0.tgz"]
+    assert seen[1][4:6] == ["status", "deployment/qwen-npu-canary-engine"]
+
+
+def test_leaderworkerset_engines_wait_on_pods(repo: Path, env: dict[str, str]) -> None:
+    assert make(repo, env, "mtp-off", "ENGINE_KIND=leaderworkerset").returncode == 0
+    seen = calls(env)
+    assert not any("rollout" in c for c in seen)
+    assert seen[1:3] == wait_calls()
+
+
+@pytest.mark.parametrize(
+    ("current", "target", "patch", "expected"),
+    [
+        ({}, "patch-off", "mamba-scatter-ub-aware", ["mamba-scatter-ub-aware"]),
+        (
+            {"patches": {"disabled": ["mtp-modelslim-unquant"]}},
+            "patch-off",
+            "mamba-scatter-ub-aware",
+            ["mtp-modelslim-unquant", "mamba-scatter-ub-aware"],
+        ),
+        (
+            {"patches": {"disabled": ["mtp-modelslim-unquant"]}},
+            "patch-off",
+            "mtp-modelslim-unquant",
+            ["mtp-modelslim-unquant"],
+        ),
+        (
+            {"mtp": {"enabled": False}, "patches": {"disabled": [PATCHES[0], PATCHES[2]]}},
+            "patch-on",
+            PATCHES[0],
+            [PATCHES[2]],
+        ),
+        ({"patches": {"disabled": []}}, "patch-on", PATCHES[1], []),
+    ],
+)
+def test_patch_switches_edit_the_disabled_list(
+    repo: Path,
+    env: dict[str, str],
+    tmp_path: Path,
+    current: dict[str, object],
+    target: str,
+    patch: str,
+    expected: list[str],
+) -> None:
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(current))
+    done = make(
+        repo, env | {"HELM_VALUES_FILE": str(values)}, target, f"PATCH={patch}", "NAMESPACE=llm"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = calls(env)
+    assert seen[0] == [
+        "helm",
+        "get",
+        "values",
+        "qwen-npu",
+        "--namespace",
+        "llm",
+        "--output",
+        "json",
+    ]
+    upgrade = seen[1]
+    assert upgrade[:7] == [
+        "helm",
+        "upgrade",
+        "qwen-npu",
+        "helm/qwen-npu",
+        "--namespace",
+        "llm",
+        "--reuse-values",
+    ]
+    assert upgrade[7] == "--set-json" and upgrade[8].startswith("patches.disabled=")
+    assert json.loads(upgrade[8].split("=", 1)[1]) == expected
+    assert len(upgrade) == 9
+    assert seen[2:5] == wait_calls(namespace="llm", deployment="qwen-npu-engine")
+    assert printed(done)[0] == upgrade
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["patch-off"], "make patch-off: set PATCH=<name>, one of: " + " ".join(PATCHES)),
+        (
+            ["patch-off", "PATCH=mamba-scatter"],
+            "make patch-off: unknown patch 'mamba-scatter'; PATCH must be one of: "
+            + " ".join(PATCHES)
+            + " (qwen_npu/patches/registry.py)",
+        ),
+        (
+            ["patch-on", "PATCH=all"],
+            "make patch-on: unknown patch 'all'; PATCH must be one of: "
+            + " ".join(PATCHES)
+            + " (qwen_npu/patches/registry.py)",
+        ),
+        (
+            ["rollback", "REVISION=3a"],
+            "make rollback: REVISION=3a is not a revision number; "
+            "see the REVISION column of: make status",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_touches_nothing(
+    repo: Path, env: dict[str, str], args: list[str], message: str
+) -> None:
+    done = make(repo, env, *args)
+    assert done.returncode != 0
+    assert done.stdout.strip() == message
+    assert calls(env) == []
+
+
+def test_rollback_to_the_previous_revision_then_health(repo: Path, env: dict[str, str]) -> None:
+    done = make(repo, env, "rollback")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = calls(env)
+    assert seen[0] == ["helm", "history", "qwen-npu", "--namespace", "default", "--max", "10"]
+    assert seen[1] == ["helm", "rollback", "qwen-npu", "--namespace", "default"]
+    assert seen[2:5] == wait_calls(deployment="qwen-npu-engine")
+    exec_readyz(seen[5])
+
+
+def test_rollback_to_a_revision(repo: Path, env: dict[str, str]) -> None:
+    assert (
+        make(repo, env, "rollback", "REVISION=7", "RELEASE=prod", "NAMESPACE=llm").returncode == 0
+    )
+    assert calls(env)[1] == ["helm", "rollback", "prod", "7", "--namespace", "llm"]
+
+
+def test_status_shows_history_values_pods_and_sidecar_status(
+    repo: Path, env: dict[str, str]
+) -> None:
+    done = make(repo, env, "status", "NAMESPACE=llm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = calls(env)
+    assert seen[0] == ["helm", "history", "qwen-npu", "--namespace", "llm", "--max", "10"]
+    assert seen[1] == ["helm", "get", "values", "qwen-npu", "--namespace", "llm"]
+    assert seen[2] == [
+        "kubectl",
+        "--namespace",
+        "llm",
+        "get",
+        "pods",
+        "--selector",
+        "app.kubernetes.io/instance=qwen-npu",
+        "--output",
+        "wide",
+    ]
+    assert seen[4][3:8] == ["exec", "qwen-npu-engine-7d9f-abcde", "-c", "sidecar", "--"]
+    assert "http://127.0.0.1:9400/status" in seen[4][-1]
+
+
+@pytest.mark.parametrize(
+    ("failing", "message", "last"),
+    [
+        ("rollout status", "mtp-off: the rollout did not finish; next: make status", "rollout"),
+        ("wait --for", "mtp-off: engine pods not Ready; next: make status", "wait"),
+        ("helm upgrade", None, "upgrade"),
+    ],
+)
+def test_a_failing_step_stops_with_the_next_step(
+    repo: Path, env: dict[str, str], failing: str, message: str | None, last: str
+) -> None:
+    done = make(repo, env | {"ONCALL_FAIL": failing}, "mtp-off")
+    assert done.returncode != 0
+    assert "done, release" not in done.stdout
+    if message:
+        assert message in done.stdout
+    assert last in calls(env)[-1]

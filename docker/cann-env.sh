@@ -10,8 +10,9 @@
 # Inputs (environment):
 #   QWEN_NPU_CANN_ENV_SCRIPTS  space-separated set_env scripts, sourced in order (the image sets it)
 #   ATB_CXX_ABI                passed to the NNAL/ATB script as --cxx_abi (default 1)
-#   QWEN_NPU_CANN_ENV_WARN=1   print one key=value line per missing script (the entrypoint sets it)
-# Output: QWEN_NPU_CANN_ENV_LOADED=1 is exported so children do not source it again.
+# A missing script is one key=value warning line on stderr; the rest still load.
+# Output: QWEN_NPU_CANN_ENV_LOADED=1 is exported so children do not source it again. (In the image,
+# the entrypoint's own bash already loads it through BASH_ENV; its explicit `.` is then a no-op.)
 
 qwen_npu_load_cann_env() {
     local script saved_opts
@@ -19,10 +20,8 @@ qwen_npu_load_cann_env() {
     set +eu
     for script in ${QWEN_NPU_CANN_ENV_SCRIPTS:-/usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh}; do
         if [ ! -r "$script" ]; then
-            if [ "${QWEN_NPU_CANN_ENV_WARN:-0}" = 1 ]; then
-                echo "qwen-npu-entrypoint level=warn event=cann_env_missing script=$script" \
-                    "action=\"check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)\"" >&2
-            fi
+            echo "qwen-npu-entrypoint level=warn event=cann_env_missing script=$script" \
+                "action=\"check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)\"" >&2
             continue
         fi
         case "$script" in

@@ -18,10 +18,8 @@ if [ "$$" = 1 ] && [ -z "${QWEN_NPU_UNDER_INIT:-}" ] && command -v "${QWEN_NPU_I
     exec "${QWEN_NPU_INIT:-tini}" -- "$0" "$@"
 fi
 
-QWEN_NPU_CANN_ENV_WARN=1
 # shellcheck source=docker/cann-env.sh
 . "${QWEN_NPU_CANN_ENV_FILE:-/usr/local/lib/qwen-npu/cann-env.sh}"
-unset QWEN_NPU_CANN_ENV_WARN
 
 if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
     set -- "${QWEN_NPU_PYTHON:-python3}" -m sglang.launch_server "$@"

@@ -146,8 +146,8 @@ RUN apt-get update \
     && install -d -o "${NPU_UID}" -g "${NPU_GID}" /var/lib/qwen-npu /var/lib/qwen-npu/state
 
 COPY --from=builder /opt/venv /opt/venv
-COPY docker/cann-env.sh /usr/local/lib/qwen-npu/cann-env.sh
-COPY docker/engine-entrypoint.sh /usr/local/bin/qwen-npu-entrypoint
+COPY --chmod=0644 docker/cann-env.sh /usr/local/lib/qwen-npu/cann-env.sh
+COPY --chmod=0755 docker/engine-entrypoint.sh /usr/local/bin/qwen-npu-entrypoint
 
 # CANN for every process: the entrypoint sources these scripts before it execs anything, and
 # BASH_ENV does the same for non-interactive bash (`kubectl exec ... -- bash -c '...'`).
@@ -168,7 +168,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
 # driver exists at build time: the CANN driver stubs stand in for it for the imports.
 RUN python3 -c "import importlib.metadata as m; v = m.version('sglang'); assert v == '${SGLANG_VERSION}', v" \
     && python3 -c "import glob, sys, sysconfig; p = sysconfig.get_paths()['purelib']; hooks = [f for f in glob.glob(p + '/*.pth') if 'qwen_npu' in open(f).read()]; print('pth hook:', hooks); sys.exit(0 if hooks else 'the qwen-npu .pth hook is missing from ' + p)" \
-    && LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:/usr/local/Ascend/cann-${CANN_VERSION}/runtime/lib64/stub" \
+    && LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ASCEND_HOME_PATH:-/usr/local/Ascend/cann-${CANN_VERSION}}/runtime/lib64/stub" \
         QWEN_NPU_STATE_DIR=/tmp/qwen-npu-verify \
         /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --strict \
     && rm -rf /tmp/qwen-npu-verify

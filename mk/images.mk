@@ -87,3 +87,11 @@ $(WHEELHOUSE)/.complete: docker/sidecar-constraints.txt pyproject.toml | $(STAMP
 	@touch $@
 
 TEST_DEPS += images-wheelhouse tools-shellcheck
+
+# The sidecar environment's size and start time, measured here (no Docker): out/perf/images.md.
+.PHONY: perf-images
+perf-images: images-wheelhouse
+	@mkdir -p $(OUT)/perf
+	$(BIN)/python tests/docker/perf_sidecar_env.py --out $(OUT)/perf/images.md
+
+PERF_TARGETS += perf-images

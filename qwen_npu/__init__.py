@@ -1,7 +1,8 @@
 """qwen-npu: serve ModelSlim-quantized Qwen3.5/3.6 with MTP on SGLang on Ascend 910.
 
-Subpackages: ``patches`` (runtime fixes for SGLang, preflight, UB planning; standard library only),
-``serve`` (sidecar, simulator, metric catalogue, dashboards and alerts), ``loadtest`` (`make bench`).
+Subpackages: ``patches`` (runtime fixes for SGLang, preflight, UB planning; standard library
+only), ``serve`` (sidecar, simulator, metric lists, dashboards and alerts), ``loadtest``
+(`make bench`).
 """
 
 __version__ = "0.1.0"

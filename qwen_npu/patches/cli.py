@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import textwrap
 import warnings
 from typing import Any
 
 from qwen_npu.patches import core, hook, state
+from qwen_npu.patches.log import get_logger
 from qwen_npu.patches.registry import ENV_DISABLE, OK_STATES, PATCHES, PatchInfo, get_patch
 
 
@@ -81,7 +83,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    rows = verify_all()
+    logger = get_logger()
+    level = logger.level
+    if "QWEN_NPU_PATCH_LOG_LEVEL" not in os.environ:
+        logger.setLevel("WARNING")  # the table says what the INFO lines would
+    try:
+        rows = verify_all()
+    finally:
+        logger.setLevel(level)
     bad = [r for r in rows if r["state"] not in OK_STATES]
     if args.json:
         print(json.dumps({"ok": not bad, "strict": args.strict, "patches": rows}, indent=2))
@@ -120,7 +129,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qwen-npu patches", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="qwen-npu patches",
+        description="List, verify and explain qwen-npu's runtime patches for SGLang.",
+    )
     sub = p.add_subparsers(dest="command")
     ls = sub.add_parser("list", help="the patches, their targets and upstream PR")
     ls.add_argument("--json", action="store_true")

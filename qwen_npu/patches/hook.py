@@ -13,12 +13,14 @@ Switches: ``QWEN_NPU_PATCHES_HOOK=0`` keeps the finder out (nothing is patched; 
 ``QWEN_NPU_DISABLE_PATCHES`` (see ``core``) records single patches as ``disabled``.
 """
 
-from __future__ import annotations
-
 import os
 import sys
-from types import ModuleType
-from typing import Any
+
+# Names for the type checker only: importing typing at interpreter start costs milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
 
 #: patch module -> the modules that must all be loaded before it applies. Kept here (not in the
 #: registry) so the start-up path imports nothing; a test checks it against the patch modules.
@@ -67,18 +69,18 @@ def _module_loaded(name: str) -> None:
 class _LoaderProxy:
     """Runs the real loader, then the hook; every other attribute is the real loader's."""
 
-    def __init__(self, loader: Any, name: str) -> None:
+    def __init__(self, loader: "Any", name: str) -> None:
         self._loader = loader
         self._name = name
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> "Any":
         return getattr(self._loader, attr)
 
-    def create_module(self, spec: Any) -> ModuleType | None:
+    def create_module(self, spec: "Any") -> "ModuleType | None":
         create = getattr(self._loader, "create_module", None)
         return None if create is None else create(spec)
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "ModuleType") -> None:
         # Hand the module its real loader back before running it (inspect, pkgutil, reload).
         module.__loader__ = self._loader
         if module.__spec__ is not None:
@@ -90,7 +92,7 @@ class _LoaderProxy:
 class PostImportFinder:
     """A meta-path finder that only ever answers for the watched module names."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: "Any" = None, target: "Any" = None) -> "Any":
         if fullname not in _WATCHED or fullname in _loaded:
             return None
         for finder in sys.meta_path:
@@ -104,7 +106,7 @@ class PostImportFinder:
         return None
 
 
-_finder: PostImportFinder | None = None
+_finder: "PostImportFinder | None" = None
 
 
 def install() -> bool:

@@ -62,10 +62,10 @@ _plans: dict[tuple[Any, ...], int | None] = {}
 
 def _plan_for(cache: Any) -> int | None:
     """The planned block size for this cache tensor (computed, logged and recorded once)."""
-    shape = tuple(int(n) for n in cache.shape)
-    key = (*shape[-3:], cache.dtype)
-    if key in _plans:
+    key = (tuple(cache.shape[-3:]), cache.dtype)
+    if key in _plans:  # the hot path: two dict lookups per verify step
         return _plans[key]
+    shape = tuple(int(n) for n in cache.shape)
     if len(shape) != 6:
         log(
             "warning",

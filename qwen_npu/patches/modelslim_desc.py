@@ -239,7 +239,7 @@ def moe_all_float(desc: Mapping[str, Any], prefix: str) -> bool:
     found = find_moe_schemes(desc, prefix)
     if found is None or not found.w13_complete:
         return False
-    if set(found.w13.values()) != {"FLOAT"} or found.w2 != "FLOAT":
+    if any(v != "FLOAT" for v in found.w13.values()) or found.w2 != "FLOAT":
         return False
     return all_experts_float(desc, found)
 
@@ -252,7 +252,7 @@ def moe_layer_is_unquantized(desc: Mapping[str, Any], prefix: str) -> bool:
     found = find_moe_schemes(desc, prefix)
     if found is None:
         raise ValueError(_missing_message(desc, prefix))
-    if len(set(found.w13.values())) > 1:
+    if len({str(v) for v in found.w13.values()}) > 1:
         raise ValueError(
             f"Mismatched ModelSlim quantization for W13 in layer {prefix}: {found.w13}"
         )

@@ -1,1 +1,4 @@
-"""What runs beside the engine: the sidecar, the simulator, the metric catalogue, dashboards, alerts."""
+"""What runs beside the engine.
+
+The sidecar, the simulator, the metric lists, and the dashboards and alerts generated from them.
+"""

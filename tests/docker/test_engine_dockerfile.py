@@ -193,9 +193,12 @@ def test_cann_environment_for_every_process(engine: Dockerfile) -> None:
         "/usr/local/Ascend/nnal/atb/set_env.sh",
     ]
     assert env["BASH_ENV"] == env["QWEN_NPU_CANN_ENV_FILE"] == "/usr/local/lib/qwen-npu/cann-env.sh"
-    copies = {i.args.split()[-1]: i.args.split()[0] for i in final.all("COPY")}
-    assert copies["/usr/local/lib/qwen-npu/cann-env.sh"] == "docker/cann-env.sh"
-    assert copies["/usr/local/bin/qwen-npu-entrypoint"] == "docker/engine-entrypoint.sh"
+    copies = {i.args.split()[-1]: i.args.split()[:-1] for i in final.all("COPY")}
+    assert copies["/usr/local/lib/qwen-npu/cann-env.sh"] == ["--chmod=0644", "docker/cann-env.sh"]
+    assert copies["/usr/local/bin/qwen-npu-entrypoint"] == [
+        "--chmod=0755",
+        "docker/engine-entrypoint.sh",
+    ]
     assert env["PATH"].startswith("/opt/venv/bin:")
 
 

@@ -139,6 +139,28 @@ def test_bash_env_gives_non_interactive_shells_the_cann_environment(
     assert out.stderr == ""  # no warnings outside the entrypoint
 
 
+def test_as_in_the_image_bash_env_loads_once_and_warns_once(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    """The image sets BASH_ENV: the entrypoint's own bash loads the environment at start-up."""
+    env = dict(sandbox["env"])  # type: ignore[call-overload]
+    scripts = env["QWEN_NPU_CANN_ENV_SCRIPTS"] + " /nonexistent/set_env.sh"
+    done = run(
+        repo,
+        sandbox,
+        "--x",
+        BASH_ENV=env["QWEN_NPU_CANN_ENV_FILE"],
+        QWEN_NPU_CANN_ENV_SCRIPTS=scripts,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = record(sandbox)
+    assert (
+        seen["cann"] == "toolkit" and seen["nnal_args"] == "--cxx_abi=1" and seen["loaded"] == "1"
+    )
+    warnings = [line for line in done.stderr.splitlines() if "level=warn" in line]
+    assert len(warnings) == 1 and "script=/nonexistent/set_env.sh" in warnings[0]
+
+
 def _wait_for(path: Path, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():

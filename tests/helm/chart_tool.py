@@ -103,6 +103,11 @@ def render(values: dict[str, Any] | None = None, **options: Any) -> dict[str, st
     return chart().render(values or {}, **opts)
 
 
+def merged_values(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's defaults coalesced with `values` (what a release would use)."""
+    return chart().merge_values(values or {})
+
+
 def documents(rendered: dict[str, str]) -> list[dict[str, Any]]:
     """Every Kubernetes object of a render, in template order; NOTES.txt and empty docs dropped."""
     docs: list[dict[str, Any]] = []
@@ -267,10 +272,18 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
 
 
 def lint(values: dict[str, Any]) -> list[str]:
-    """`helm lint --strict` findings at warning level and above."""
-    report = helm.lint(CHART_DIR, values, strict=True)
-    messages = [f"{m['path']}: {m['error']}" for m in report["messages"] if int(m["severity"]) >= 2]
-    return messages + [str(e) for e in report.get("errors") or []]
+    """`helm lint --strict` findings at warning level and above, for the oldest and newest
+    Kubernetes the chart claims (Helm's lint flags APIs deprecated or removed in that version)."""
+    findings: list[str] = []
+    for version in (KUBE_VERSIONS[0], KUBE_VERSIONS[-1]):
+        report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{version}.0")
+        findings += [
+            f"k8s {version}: {m['path']}: {m['error']}"
+            for m in report["messages"]
+            if int(m["severity"]) >= 2
+        ]
+        findings += [f"k8s {version}: {e}" for e in report.get("errors") or []]
+    return findings
 
 
 # --- command line (make chart, make chart-package) --------------------------------------------

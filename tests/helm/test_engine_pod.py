@@ -277,7 +277,12 @@ def test_should_hand_api_key_from_secret_when_existing_secret_set(
     test_pod = chart_tool.find(docs, "Pod")[0]
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     test_env = {e["name"]: e for e in test_pod["spec"]["containers"][0]["env"]}
-    assert test_env["QWEN_NPU_ENGINE_API_KEY"]["valueFrom"] == ref
+    key_file = test_env["QWEN_NPU_ENGINE_API_KEY_FILE"]["value"]
+    assert key_file == "/etc/qwen-npu/api-key/api-key"
+    mount = test_pod["spec"]["containers"][0]["volumeMounts"][0]
+    assert key_file.startswith(mount["mountPath"])
+    secret = next(v for v in test_pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert secret["secret"]["secretName"] == "qwen-npu-api-key"
     monitor = chart_tool.find(docs, "ServiceMonitor")[0]
     assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"] == {
         "name": "qwen-npu-api-key",
@@ -395,3 +400,43 @@ def test_should_print_pasteable_access_commands_when_service_type_varies(
     assert "make bench CONC=10 TARGET=$TARGET" in notes
     assert "helm test qwen-npu -n llm --logs" in notes
     assert "docs/runbook.md" in notes
+
+
+@pytest.mark.parametrize("mtp", [True, False], ids=["mtp-on", "mtp-off"])
+@pytest.mark.parametrize("profile", chart_tool.profiles(), ids=lambda p: p.stem)
+def test_should_equal_preflight_builder_when_rendering_profile(profile: Path, mtp: bool) -> None:
+    """The chart and `qwen-npu preflight` recommend one command line (preflight's builder)."""
+    from qwen_npu.patches.preflight import LaunchOptions, recommended_args
+
+    values = chart_tool.deep_merge(
+        chart_tool.merged_values(chart_tool.values_from(profile)), {"mtp": {"enabled": mtp}}
+    )
+    engine, model, spec = values["engine"], values["model"], values["mtp"]
+    (graph_bs,) = engine["graphBatchSizes"]
+    multinode: tuple[str, ...] = ()
+    if engine["nodes"] > 1:
+        multinode = (
+            "--nnodes",
+            "$(LWS_GROUP_SIZE)",
+            "--node-rank",
+            "$(LWS_WORKER_INDEX)",
+            "--dist-init-addr",
+            f"$(LWS_LEADER_ADDRESS):{engine['distInitPort']}",
+        )
+    options = LaunchOptions(
+        tp=engine["tpSize"],
+        mtp=mtp,
+        quantized=engine["quantization"] == "modelslim",
+        mem_fraction_static=engine["memFractionStatic"],
+        cuda_graph_bs=graph_bs,
+        mamba_ssm_dtype=engine["mambaSsmDtype"] or None,
+        port=values["service"]["port"],
+        served_model_name=model["name"],
+        speculative_num_steps=spec["numSteps"],
+        speculative_eagle_topk=spec["eagleTopk"],
+        speculative_num_draft_tokens=spec["numDraftTokens"],
+        extra=multinode,
+    )
+    model_dir = f"{model['mountPath']}/{model['path']}"
+    rendered = chart_tool.engine_args(chart_tool.render_docs(values))
+    assert rendered == recommended_args(model_dir, options)

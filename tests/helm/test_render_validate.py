@@ -7,6 +7,8 @@ with the router, autoscaling and the API key (tests/helm/chart_tool.py).
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -117,3 +119,35 @@ def _containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
         spec = template["spec"]
         out += spec["containers"] + spec.get("initContainers", [])
     return out
+
+
+def test_should_pass_yamllint_when_checking_chart_yaml_files(repo: Any, tmp_path: Any) -> None:
+    chart = repo / "helm" / "qwen-npu"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "yamllint",
+            "-f",
+            "parsable",
+            "-c",
+            str(chart / ".yamllint"),
+            str(chart),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # yamllint really looks: a tab-indented file fails.
+    bad = tmp_path / "values.yaml"
+    bad.write_text("a:\n\t- b\n")
+    probe = subprocess.run(
+        [sys.executable, "-m", "yamllint", "-c", str(chart / ".yamllint"), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert probe.returncode != 0

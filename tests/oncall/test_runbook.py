@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -137,3 +138,40 @@ def test_every_promql_metric_named_in_the_runbook_exists(repo: Path) -> None:
             if base.endswith(suffix) and base not in known:
                 base = base[: -len(suffix)]
         assert metric in known or base in known, f"docs/runbook.md names unknown metric {metric}"
+
+
+def promql_snippets(repo: Path) -> list[str]:
+    """Every backticked expression on a `PromQL:` line of the runbook and in the list under it."""
+    snippets: list[str] = []
+    collecting = False
+    for line in (repo / "docs" / "runbook.md").read_text().splitlines():
+        if line.startswith("PromQL:"):
+            collecting = True
+            snippets += re.findall(r"`([^`]+)`", line)
+        elif collecting and line.startswith("- "):
+            snippets += re.findall(r"`([^`]+)`", line)
+        else:
+            collecting = False
+    return snippets
+
+
+def test_every_promql_expression_parses(repo: Path, tmp_path: Path) -> None:
+    """promtool parses each expression (as a recording rule): no typo reaches the pager."""
+    snippets = promql_snippets(repo)
+    assert len(snippets) >= 20, snippets
+    rules = {
+        "groups": [
+            {
+                "name": "runbook",
+                "rules": [
+                    {"record": f"runbook:expr_{i}", "expr": s} for i, s in enumerate(snippets)
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "runbook-rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: make tools-prometheus"
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -262,9 +262,7 @@ def test_upstream_fix_is_detected_by_behaviour(
     original = modelslim.ModelSlimConfig.get_quant_method
 
     def fixed_upstream(self: Any, layer: Any, prefix: str) -> Any:
-        if isinstance(layer, fused_moe.FusedMoE) and self.is_layer_skipped(
-            prefix + ".0.gate_proj"
-        ):
+        if isinstance(layer, fused_moe.FusedMoE) and self.is_layer_skipped(prefix + ".0.gate_proj"):
             return None
         return original(self, layer, prefix)
 

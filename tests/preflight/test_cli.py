@@ -113,3 +113,22 @@ def test_no_mtp_flag(ckpt_35b: Path, run_cli: RunCli) -> None:
     code, data, _ = run_cli(str(ckpt_35b), "--no-mtp", "--json")
     assert code == 0 and data["verdict"] == "ready" and data["mtp"]["enabled"] is False
     assert "--speculative-algorithm" not in data["command"]
+
+
+def test_standard_library_only() -> None:
+    """Preflight runs in the engine image's init container: nothing outside the stdlib."""
+    code = (
+        "import sys; import qwen_npu.patches.preflight.cli, qwen_npu.patches.preflight.render;"
+        "print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    top = set(proc.stdout.split())
+    foreign = top - set(sys.stdlib_module_names) - {"qwen_npu", "__main__"}
+    assert "qwen_npu" in top and not foreign

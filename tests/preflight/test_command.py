@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from qwen_npu.patches.preflight import LaunchOptions, recommended_args, recommended_command
 
 
@@ -17,7 +19,7 @@ def test_ascend_profile_flags() -> None:
     assert flag_value(args, "--quantization") == "modelslim"
     assert flag_value(args, "--tp-size") == "2"
     assert flag_value(args, "--mem-fraction-static") == "0.8"
-    assert flag_value(args, "--cuda-graph-bs") == "16"
+    assert flag_value(args, "--cuda-graph-bs-decode") == "16"
     assert flag_value(args, "--port") == "30000"
     assert {"--disable-radix-cache", "--trust-remote-code", "--enable-metrics"} <= set(args)
     assert flag_value(args, "--speculative-algorithm") == "NEXTN"
@@ -52,8 +54,30 @@ def test_options_change_the_line() -> None:
     )
     cmd = recommended_command("/m", opts)
     assert cmd[:3] == ["python3", "-m", "sglang.launch_server"]
-    assert "--quantization" not in cmd and "--cuda-graph-bs" not in cmd
+    assert "--quantization" not in cmd and "--cuda-graph-bs-decode" not in cmd
     assert flag_value(cmd, "--mem-fraction-static") == "0.75"
     assert flag_value(cmd, "--mamba-ssm-dtype") == "bfloat16"
     assert flag_value(cmd, "--served-model-name") == "qwen"
     assert cmd[-2:] == ["--log-level", "info"]
+
+
+@pytest.mark.sglang
+def test_sglang_0_5_23_parses_the_line_as_meant() -> None:
+    """SGLang's own argument parser reads every flag (0.5.23 has no plain --cuda-graph-bs)."""
+    from sglang.srt.server_args import prepare_server_args
+
+    opts = LaunchOptions(tp=4, mamba_ssm_dtype="bfloat16", served_model_name="qwen")
+    parsed = prepare_server_args(recommended_args("/models/q", opts))
+    assert parsed.model_path == "/models/q" and parsed.served_model_name == "qwen"
+    assert (parsed.device, parsed.attention_backend) == ("npu", "ascend")
+    assert (parsed.quantization, parsed.tp_size) == ("modelslim", 4)
+    assert parsed.mem_fraction_static == 0.8 and parsed.cuda_graph_bs_decode == [16]
+    assert parsed.disable_radix_cache and parsed.trust_remote_code and parsed.enable_metrics
+    assert parsed.mamba_ssm_dtype == "bfloat16"
+    assert parsed.speculative_algorithm == "NEXTN"
+    steps = (parsed.speculative_num_steps, parsed.speculative_eagle_topk)
+    assert steps == (3, 1) and parsed.speculative_num_draft_tokens == 4
+    assert parsed.speculative_draft_model_quantization is None
+    assert (parsed.host, parsed.port) == ("0.0.0.0", 30000)
+    off = prepare_server_args(recommended_args("/models/q", LaunchOptions(mtp=False)))
+    assert off.speculative_algorithm is None

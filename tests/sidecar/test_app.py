@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import shutil
@@ -165,6 +166,13 @@ def test_predicted_plan_and_mismatch(fake: FakeEngine, tmp_path: Path) -> None:
             ),
             "too_large",
         ),
+        (  # a gzip bomb: 300 bytes on the wire, 3 MB decoded
+            lambda f: (
+                setattr(f, "metrics_body", gzip.compress(b"0" * 3_000_000)),
+                f.metrics_headers.update({"content-encoding": "gzip"}),
+            ),
+            "too_large",
+        ),
         (lambda f: setattr(f, "metrics_body", b"sglang:spec_verify_calls_total{ 1\n"), "malformed"),
         (lambda f: setattr(f, "metrics_body", b"\xff\xfe not utf-8"), "malformed"),
         (lambda f: setattr(f, "server_info_body", b"[1, 2"), "malformed"),
@@ -190,21 +198,25 @@ def test_bad_engine_answers_are_counted_never_fatal(setup, kind: str) -> None:  
 
 def test_probes_answer_fast_while_the_engine_hangs() -> None:
     fake = FakeEngine()
-    with fake_client(fake, health_timeout_s=0.3) as c:
+    with fake_client(fake, health_timeout_s=2.0) as c:
         eventually(lambda: c.get("/readyz").status_code == 200, what="ready")
         fake.health_delay_s = 30.0  # hangs far beyond the probe timeout
-        eventually(lambda: c.get("/livez").status_code == 503, timeout=5, what="livez 503")
+        worst = 0.0
+        deadline = time.monotonic() + 10
+        while c.get("/livez").status_code == 200:  # 2 probes x 2 s timeout
+            assert time.monotonic() < deadline, "livez never failed"
+            t0 = time.perf_counter()
+            for path in ("/startupz", "/readyz", "/livez", "/metrics", "/status"):
+                assert c.get(path).status_code in (200, 503)
+            worst = max(worst, time.perf_counter() - t0)
+        # Every round of five answers came back while an engine probe was waiting on its 2 s
+        # timeout: the endpoints never wait for the engine (generous bound for a busy machine).
+        assert worst < 1.0
         assert "timed out" in c.get("/livez").json()["reason"]
         assert c.get("/readyz").status_code == 503
         assert c.get("/startupz").status_code == 200
-        worst = 0.0
-        for _ in range(50):
-            t0 = time.perf_counter()
-            assert c.get("/livez").status_code == 503
-            worst = max(worst, time.perf_counter() - t0)
-        assert worst < 0.5  # cached state: never waits for the engine (generous bound)
         fake.health_delay_s = 0.0
-        eventually(lambda: c.get("/livez").status_code == 200, timeout=5, what="healed")
+        eventually(lambda: c.get("/livez").status_code == 200, timeout=8, what="healed")
 
 
 def test_refusing_engine_after_ready_is_a_restart() -> None:

@@ -152,3 +152,16 @@ def test_the_real_server_process(tmp_path: Path) -> None:
     assert "sidecar_start" in names and "engine_ready" in names and "sidecar_stop" in names
     assert all({"ts", "level", "event"} <= set(e) for e in events)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_docs_name_every_setting_and_every_metric() -> None:
+    from qwen_npu.serve.catalogue import CATALOGUE
+    from qwen_npu.serve.sidecar.config import FLAGS, Settings, env_name
+
+    docs = (REPO / "docs" / "sidecar.md").read_text()
+    for field in Settings.model_fields:
+        assert f"`{env_name(field)}`" in docs, field
+    for flag in FLAGS.values():
+        assert f"`{flag}`" in docs, flag
+    for spec in CATALOGUE:
+        assert f"| `{spec.name}` |" in docs, spec.name

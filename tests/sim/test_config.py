@@ -10,6 +10,7 @@ import pytest
 
 from qwen_npu.serve.sim import cli
 from qwen_npu.serve.sim.config import (
+    FIELDS,
     ConfigError,
     SimConfig,
     build,
@@ -87,7 +88,7 @@ def test_unknown_yaml_key_names_file_key_and_suggestion(tmp_path: Path) -> None:
 def test_yaml_type_error_and_syntax_error(tmp_path: Path) -> None:
     yml = tmp_path / "bad.yaml"
     yml.write_text("itl-ms: fast\n")
-    with pytest.raises(ConfigError, match="itl-ms.*not a number"):
+    with pytest.raises(ConfigError, match=r"itl-ms.*not a number"):
         load_yaml(yml)
     yml.write_text("itl-ms: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
@@ -100,9 +101,9 @@ def test_yaml_type_error_and_syntax_error(tmp_path: Path) -> None:
 
 
 def test_unknown_env_key_and_bad_env_value() -> None:
-    with pytest.raises(ConfigError, match="QWEN_NPU_SIM_TTFT.*did you mean 'ttft-ms'"):
+    with pytest.raises(ConfigError, match=r"QWEN_NPU_SIM_TTFT.*did you mean 'ttft-ms'"):
         build({}, env={"QWEN_NPU_SIM_TTFT": "5"})
-    with pytest.raises(ConfigError, match="QWEN_NPU_SIM_GARBLED.*true or false"):
+    with pytest.raises(ConfigError, match=r"QWEN_NPU_SIM_GARBLED.*true or false"):
         build({}, env={"QWEN_NPU_SIM_GARBLED": "maybe"})
 
 
@@ -182,3 +183,21 @@ def test_cli_print_config_and_list_profiles() -> None:
     assert '"itl-ms": 3.0' in proc.stdout and '"ttft-ms": 20.0' in proc.stdout
     proc = _run_cli("--list-profiles")
     assert "qwen3.6-35b-a3b-910b-tp2-mtp" in proc.stdout.split()
+
+
+def test_docs_list_every_key_and_its_env_var() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    for key, f in FIELDS.items():
+        assert f"| `{key}` | `QWEN_NPU_SIM_{f.name.upper()}` |" in doc, key
+
+
+def test_uvicorn_protocol_stamps_arrival_and_prefers_httptools() -> None:
+    import importlib.util
+
+    from qwen_npu.serve.sim.app import stamped_protocol
+
+    proto = stamped_protocol()
+    base = proto.__mro__[1].__name__
+    want = "HttpToolsProtocol" if importlib.util.find_spec("httptools") else "H11Protocol"
+    assert base == want
+    assert "data_received" in proto.__dict__

@@ -100,7 +100,8 @@ app.kubernetes.io/component: router
 
 {{/*
 The engine's arguments (the image's ENTRYPOINT runs `python3 -m sglang.launch_server "$@"`).
-One flag or value per line, in the documented order (docs/chart.md). MTP off drops every
+One flag or value per line, in the documented order (docs/chart.md), which is the order of
+preflight's builder (qwen_npu.patches.preflight.recommended_args; a test compares them). MTP off drops every
 --speculative-* flag. There is deliberately no --speculative-draft-model-quantization: the patches
 make the plain command line work.
 */}}
@@ -110,10 +111,6 @@ make the plain command line work.
 - {{ include "qwen-npu.modelDir" . | quote }}
 - --served-model-name
 - {{ .Values.model.name | quote }}
-- --host
-- "0.0.0.0"
-- --port
-- {{ .Values.service.port | quote }}
 - --device
 - {{ $e.device | quote }}
 - --attention-backend
@@ -153,6 +150,10 @@ make the plain command line work.
 - {{ .Values.mtp.numDraftTokens | quote }}
 {{- end }}
 - --enable-metrics
+- --host
+- "0.0.0.0"
+- --port
+- {{ .Values.service.port | quote }}
 {{- if include "qwen-npu.multiNode" . }}
 - --nnodes
 - "$(LWS_GROUP_SIZE)"
@@ -192,14 +193,14 @@ checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
 ) }}
 {{- end }}
 
-{{/* A pod security context for the pods that touch no NPU: a high uid/gid. */}}
+{{/* A pod security context for the pods that touch no NPU: the sidecar image's high uid/gid. */}}
 {{- define "qwen-npu.plainPodSecurityContext" -}}
-{{- toYaml (merge (dict "runAsUser" 65532 "runAsGroup" 65532 "fsGroup" 65532) (omit .Values.podSecurityContext "fsGroupChangePolicy")) }}
+{{- toYaml (merge (dict "runAsUser" 10001 "runAsGroup" 10001 "fsGroup" 10001) (omit .Values.podSecurityContext "fsGroupChangePolicy")) }}
 {{- end }}
 
 {{/* A container security context for those pods. */}}
 {{- define "qwen-npu.plainSecurityContext" -}}
-{{- toYaml (merge (dict "runAsUser" 65532 "runAsGroup" 65532) .Values.securityContext) }}
+{{- toYaml .Values.securityContext }}
 {{- end }}
 
 {{/* The API key from the existing Secret, as an EnvVar (engine, sidecar, test pod). */}}

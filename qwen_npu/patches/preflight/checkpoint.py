@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.patches import modelslim_desc
 from qwen_npu.patches.model_config import (
     ModelConfig,
     ModelConfigError,
@@ -24,6 +23,7 @@ from qwen_npu.patches.model_config import (
     read_model_config,
 )
 from qwen_npu.patches.preflight.findings import BLOCKING, WARNING, Finding, finding
+from qwen_npu.patches.preflight.quant import DescriptionScan, scan_description
 
 DESCRIPTION_NAME = "quant_model_description.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -46,7 +46,7 @@ class Checkpoint:
     config: ModelConfig
     description: dict[str, Any] | None = None
     description_path: Path | None = None
-    unknown_scheme_keys: list[str] = field(default_factory=list)
+    description_scan: DescriptionScan | None = None
     index: dict[str, Any] | None = None
     index_path: Path | None = None
     total_size: int | None = None
@@ -95,22 +95,20 @@ def _read_description(ckpt: Checkpoint, path: Path) -> None:
             f"{path}: top level is a JSON {json_type(data)}, expected an object of tensor "
             "name -> scheme; re-export it with msmodelslim"
         )
-    unknown: list[str] = []
-    for key, value in modelslim_desc.tensor_entries(data):
-        if not isinstance(value, str):
-            raise InputError(
-                f"{path}: key {key!r} is a JSON {json_type(value)}, expected a scheme string "
-                "such as 'FLOAT' or 'W8A8_DYNAMIC'; re-export it with msmodelslim"
-            )
-        if value not in modelslim_desc.KNOWN_SCHEMES:
-            unknown.append(key)
+    scan = scan_description(data)
+    if scan.bad_type_key is not None:
+        value = data[scan.bad_type_key]
+        raise InputError(
+            f"{path}: key {scan.bad_type_key!r} is a JSON {json_type(value)}, expected a scheme "
+            "string such as 'FLOAT' or 'W8A8_DYNAMIC'; re-export it with msmodelslim"
+        )
     quant_type = data.get("model_quant_type")
     if quant_type is not None and not isinstance(quant_type, str):
         raise InputError(
             f"{path}: key 'model_quant_type' is a JSON {json_type(quant_type)}, expected a "
             "string such as 'W8A8_DYNAMIC'; re-export it with msmodelslim"
         )
-    ckpt.description, ckpt.description_path, ckpt.unknown_scheme_keys = data, path, unknown
+    ckpt.description, ckpt.description_path, ckpt.description_scan = data, path, scan
 
 
 def _read_index(ckpt: Checkpoint, path: Path) -> None:

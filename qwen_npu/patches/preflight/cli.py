@@ -78,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="as SGLang's flag: overrides SGLANG_MAMBA_SSM_DTYPE and the config",
     )
     p.add_argument(
-        "--cuda-graph-bs", type=_positive_int, default=16, help="for the recommended command (16)"
+        "--cuda-graph-bs-decode",
+        dest="cuda_graph_bs",
+        type=_positive_int,
+        default=16,
+        help="decode graph batch size in the recommended command (16)",
     )
     p.add_argument(
         "--check-shards",

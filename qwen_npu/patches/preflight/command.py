@@ -54,7 +54,7 @@ def recommended_args(model_path: str, options: LaunchOptions | None = None) -> l
         args += ["--quantization", "modelslim"]
     args += ["--tp-size", str(o.tp), "--mem-fraction-static", _number(o.mem_fraction_static)]
     if o.cuda_graph_bs is not None:
-        args += ["--cuda-graph-bs", str(o.cuda_graph_bs)]
+        args += ["--cuda-graph-bs-decode", str(o.cuda_graph_bs)]
     args += ["--disable-radix-cache", "--trust-remote-code"]
     if o.mamba_ssm_dtype is not None:
         args += ["--mamba-ssm-dtype", o.mamba_ssm_dtype]

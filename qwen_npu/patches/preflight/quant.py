@@ -63,15 +63,44 @@ def part_of(name: str) -> str | None:
     return "other"
 
 
-def summarize(desc: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """part -> scheme -> number of projection weights, for the parts present."""
+@dataclass
+class DescriptionScan:
+    """Everything preflight needs from one pass over a description of 10^5 keys."""
+
+    tensor_keys: int = 0
+    unknown: list[str] = field(default_factory=list)  # schemes SGLang does not know
+    parts: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Entries whose name contains "mtp.": a superset of every MTP root modelslim_desc knows, so
+    # its rules give the same answers on this small dict as on the whole description.
+    mtp_candidates: dict[str, Any] = field(default_factory=dict)
+    bad_type_key: str | None = None  # first key whose scheme is not a string
+
+
+def scan_description(desc: Mapping[str, Any]) -> DescriptionScan:
+    """Count, classify and check every tensor entry in one pass (stops at a non-string scheme)."""
+    result = DescriptionScan()
+    known = modelslim_desc.KNOWN_SCHEMES
     counts: dict[str, dict[str, int]] = {}
-    for key, scheme in desc.items():
+    for key, scheme in modelslim_desc.tensor_entries(desc):
+        if type(scheme) is not str:
+            result.bad_type_key = key
+            return result
+        result.tensor_keys += 1
+        if scheme not in known:
+            result.unknown.append(key)
+        if "mtp." in key:
+            result.mtp_candidates[key] = scheme
         part = part_of(key) if key.endswith(".weight") else None
         if part is not None:
             per = counts.setdefault(part, {})
             per[scheme] = per.get(scheme, 0) + 1
-    return {p: dict(sorted(counts[p].items())) for p in PARTS if p in counts}
+    result.parts = {p: dict(sorted(counts[p].items())) for p in PARTS if p in counts}
+    return result
+
+
+def summarize(desc: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """part -> scheme -> number of projection weights, for the parts present."""
+    return scan_description(desc).parts
 
 
 def scheme_label(schemes: Mapping[str, int]) -> str:
@@ -141,14 +170,21 @@ class QuantReport:
 
 
 def _check_moe(
-    report: QuantReport, desc: Mapping[str, Any], config: ModelConfig, mtp: bool
+    report: QuantReport,
+    desc: Mapping[str, Any],
+    mtp_desc: Mapping[str, Any],
+    config: ModelConfig,
+    mtp: bool,
 ) -> None:
     errors: dict[str, list[str]] = {}
     messages: dict[str, str] = {}
     for prefix in moe_prefixes(config, mtp):
         report.moe_layers_checked += 1
         try:
-            if modelslim_desc.moe_layer_is_unquantized(desc, prefix):
+            # The MTP's layers are looked up in the mtp.* subset: same answer, and the expert
+            # index modelslim_desc builds for an all-FLOAT layer covers ~10^3 keys, not 10^5.
+            where = mtp_desc if prefix.startswith("mtp.") else desc
+            if modelslim_desc.moe_layer_is_unquantized(where, prefix):
                 report.moe_unquantized_layers.append(prefix)
         except ValueError as exc:
             code = _moe_error_code(str(exc))
@@ -225,7 +261,7 @@ def _need_patches(report: QuantReport, mtp: bool) -> None:
 
 def analyze_quant(
     desc: Mapping[str, Any] | None,
-    unknown_keys: list[str],
+    scan: DescriptionScan | None,
     config: ModelConfig,
     *,
     mtp: bool,
@@ -234,12 +270,14 @@ def analyze_quant(
     """Summarise the description and find what would stop the engine."""
     if desc is None:
         return QuantReport(quantized=False, disabled=disabled)
+    scan = scan or scan_description(desc)
+    unknown_keys = scan.unknown
     quant_type = desc.get("model_quant_type")
     report = QuantReport(
         quantized=True,
         model_quant_type=quant_type if isinstance(quant_type, str) else None,
-        tensor_keys=len(desc) - sum(1 for k in modelslim_desc.METADATA_KEYS if k in desc),
-        parts=summarize(desc),
+        tensor_keys=scan.tensor_keys,
+        parts=scan.parts,
         disabled=disabled,
     )
     if unknown_keys:
@@ -254,9 +292,8 @@ def analyze_quant(
                 unknown_keys,
             )
         )
-    entries = modelslim_desc.mtp_entries(desc)
+    entries = modelslim_desc.mtp_entries(scan.mtp_candidates)
     report.mtp_entries = len(entries)
-    # The rule applied to the MTP entries alone: the same answer, one pass over the description.
     report.mtp_all_float = modelslim_desc.mtp_is_all_float(entries) if entries else None
     if mtp and config.has_mtp and not entries:
         report.findings.append(
@@ -278,7 +315,7 @@ def analyze_quant(
                 "config, no MTP patch needed",
             )
         )
-    _check_moe(report, desc, config, mtp)
+    _check_moe(report, desc, scan.mtp_candidates, config, mtp)
     _need_patches(report, mtp)
     return report
 

@@ -244,7 +244,7 @@ def run_preflight(
     c = ckpt.config
     disabled, unknown = qnt.disabled_patches(env)
     q = qnt.analyze_quant(
-        ckpt.description, ckpt.unknown_scheme_keys, c, mtp=opts.mtp, disabled=disabled
+        ckpt.description, ckpt.description_scan, c, mtp=opts.mtp, disabled=disabled
     )
     measured: tuple[int, int] | None = None
     shard_findings = []

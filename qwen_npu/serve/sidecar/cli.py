@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
             dest=field,
             type=kind,
             default=None,
+            metavar=name.rsplit("-", 1)[-1].upper(),
             help=f"{fields[field].description} [env {env}, default {fields[field].default}]",
         )
 

@@ -73,7 +73,7 @@ class Settings(BaseSettings):
         1800.0, gt=0, description="Seconds an engine start may take before it counts as stuck."
     )
     liveness_failures: int = Field(
-        3, ge=1, description="Consecutive timed-out or refused health probes that fail /livez."
+        3, ge=1, description="Consecutive stuck or dead health probes that fail /livez."
     )
     poll_interval_s: float = Field(5.0, gt=0, description="Seconds between health probes.")
     health_timeout_s: float = Field(
@@ -109,7 +109,9 @@ class Settings(BaseSettings):
         0.5, ge=0, le=1, description="Golden prefix ratio below which a run counts as mismatch."
     )
 
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Threshold of the JSON log lines on stderr."
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

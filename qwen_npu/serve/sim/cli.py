@@ -107,11 +107,11 @@ def serve(cfg: SimConfig) -> int:
     import uvicorn
     from prometheus_client import disable_created_metrics
 
-    from qwen_npu.serve.sim.app import create_app, stamped_protocol
+    from qwen_npu.serve.sim.app import RawSend, create_app, stamped_protocol
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # SGLang's multiprocess exposition has no *_created series
     config = uvicorn.Config(
-        create_app(cfg),
+        RawSend(create_app(cfg)),
         host=cfg.host,
         port=cfg.port,
         log_level="warning",
@@ -119,6 +119,7 @@ def serve(cfg: SimConfig) -> int:
         lifespan="on",
         timeout_keep_alive=30,
         backlog=4096,
+        timeout_graceful_shutdown=3,  # hung requests (faults) must not block SIGTERM
         http=stamped_protocol(),
     )
     server = uvicorn.Server(config)
@@ -132,6 +133,9 @@ def serve(cfg: SimConfig) -> int:
     )
     try:
         asyncio.run(server.serve())
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled after a clean shutdown
+        log.info("event=stopped reason=SIGINT")
+        return 0
     except OSError as exc:
         log.error("event=cannot_listen error=%r next='pick a free --port'", str(exc))
         return 1

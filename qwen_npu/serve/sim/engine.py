@@ -175,6 +175,7 @@ class Engine:
         self._lane_free = -math.inf  # prefill-serial: when the prefill lane is free again
         self.last_emit = -math.inf
         self.lead = 0.0  # burst-centring lead (seconds), see observe_send()
+        self.lateness: deque[float] = deque(maxlen=20000)  # recent send lateness (seconds)
         self.spec = cfg.spec_enabled
         dist = acceptance_distribution(cfg)
         self._cum = list(itertools.accumulate(dist))
@@ -344,6 +345,7 @@ class Engine:
 
     def observe_send(self, lateness: float) -> None:
         """Track the median lateness of streamed sends towards zero (a quantile tracker)."""
+        self.lateness.append(lateness)
         if lateness > 0:
             self.lead = min(self.lead + LEAD_STEP_S, MAX_LEAD_S)
         else:
@@ -390,6 +392,19 @@ class Engine:
             drafts = ver * self.cfg.speculative_num_steps
             self._last_accept = ((ver + acc) / ver, acc / drafts)
         return tok / WINDOW_S, self._last_accept[0], self._last_accept[1]
+
+    def timing_stats(self) -> dict[str, float]:
+        """How late streamed events left the server lately (its own view of falling behind)."""
+        late = sorted(self.lateness)
+        if not late:
+            return {"sends": 0, "lead_ms": self.lead * 1000}
+        return {
+            "sends": len(late),
+            "lead_ms": self.lead * 1000,
+            "send_lateness_median_ms": late[len(late) // 2] * 1000,
+            "send_lateness_p99_ms": late[min(len(late) - 1, int(len(late) * 0.99))] * 1000,
+            "tokens_emitted": self.total_generated,
+        }
 
     def gauges(self) -> GaugeValues:
         c = self.cfg

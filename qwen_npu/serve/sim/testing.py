@@ -63,6 +63,21 @@ def running_sim(
 ) -> Iterator[str]:
     """Start the simulator, yield ``http://127.0.0.1:<port>``, stop it at exit.
 
+    See ``running_sim_process`` (which also yields the process) for the arguments.
+    """
+    with running_sim_process(startup_timeout_s=startup_timeout_s, env=env, **config) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def running_sim_process(
+    *,
+    startup_timeout_s: float = 30.0,
+    env: dict[str, str] | None = None,
+    **config: Any,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start the simulator, yield (base URL, process), stop it at exit.
+
     ``startup_timeout_s`` bounds the wait for the port (not the simulated ``startup_delay_s``:
     the port opens at once and answers 503 until ready). The process's stderr is kept in a
     temporary file and shown in the error if it exits early. ``env`` adds environment variables.
@@ -85,7 +100,7 @@ def running_sim(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"qwen-npu sim did not listen on {port} in time")
                 time.sleep(0.02)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", proc
         finally:
             if proc.poll() is None:
                 proc.terminate()
@@ -111,4 +126,4 @@ def wait_ready(base_url: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-__all__ = ["free_port", "running_sim", "wait_ready"]
+__all__ = ["free_port", "running_sim", "running_sim_process", "wait_ready"]

@@ -1,0 +1,109 @@
+"""`qwen-npu patches list | verify | explain`, in process against SGLang 0.5.23's real modules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from qwen_npu.patches import cli, hook
+from qwen_npu.patches import mamba_scatter_ub_aware as scatter
+from qwen_npu.patches import mtp_modelslim_unquant as mtp_patch
+from qwen_npu.patches.registry import PATCHES
+
+
+@pytest.fixture()
+def targets(modelslim: ModuleType, mtp_module: ModuleType, backend: ModuleType) -> None:
+    """All three targets imported (and so patched by the start-up hook)."""
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_verify_strict_passes_on_the_pinned_sglang(
+    targets: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "verify", "--strict", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True
+    assert [(r["name"], r["state"]) for r in report["patches"]] == [
+        (p.name, "applied") for p in PATCHES
+    ]
+
+
+def test_verify_strict_fails_on_a_disabled_patch(
+    targets: None, fresh: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fresh(mtp_patch)
+    monkeypatch.setenv("QWEN_NPU_DISABLE_PATCHES", mtp_patch.INFO.name)
+    code, out, err = run(capsys, "verify", "--strict")
+    assert code == 1
+    assert "mtp-modelslim-unquant           disabled" in out
+    assert "unset QWEN_NPU_DISABLE_PATCHES" in err
+    assert run(capsys, "verify")[0] == 0  # without --strict it only reports
+
+
+def test_verify_reports_a_target_that_does_not_import(
+    targets: None, fresh: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fresh(scatter)
+    triggers = dict(hook.TRIGGERS)
+    triggers[scatter.__name__] = ("sgl_kernel_npu_is_not_installed",)
+    monkeypatch.setattr(hook, "TRIGGERS", triggers)
+    code, out, _ = run(capsys, "verify", "--strict", "--json")
+    row = {r["name"]: r for r in json.loads(out)["patches"]}[scatter.INFO.name]
+    assert code == 1
+    assert row["state"] == "target-missing"
+    assert "ModuleNotFoundError" in row["detail"]
+
+
+def test_verify_catches_a_lost_rebinding(
+    targets: None,
+    backend: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(backend, "move_intermediate_cache", lambda *a, **k: None)
+    code, out, _ = run(capsys, "verify", "--strict", "--json")
+    row = {r["name"]: r for r in json.loads(out)["patches"]}[scatter.INFO.name]
+    assert code == 1 and row["state"] == "drifted" and "rebound" in row["detail"]
+
+
+def test_list(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QWEN_NPU_DISABLE_PATCHES", "mamba-scatter-ub-aware")
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == [p.name for p in PATCHES]
+    assert lines[2].endswith("(disabled by QWEN_NPU_DISABLE_PATCHES)")
+    rows = json.loads(run(capsys, "list", "--json")[1])
+    assert rows[2]["disabled_by_env"] is True and rows[0]["disabled_by_env"] is False
+
+
+def test_explain(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qwen_npu.patches.state import write_patch_state
+
+    write_patch_state(
+        "mtp-modelslim-unquant", "applied", target="t", detail="d", state_dir=tmp_path
+    )
+    monkeypatch.setenv("QWEN_NPU_STATE_DIR", str(tmp_path))
+    code, out, _ = run(capsys, "explain", "mtp-modelslim-unquant")
+    assert code == 0
+    assert "target:       sglang.srt.models.qwen3_5_mtp:_mtp_quant_config" in out
+    assert "pull/34353" in out and "remove when:" in out
+    assert "kill switch:  QWEN_NPU_DISABLE_PATCHES=mtp-modelslim-unquant" in out
+    assert "state file:   applied" in out
+
+
+def test_explain_unknown_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "explain", "no-such-patch")
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "known: modelslim-moe-unquant-fallback" in err

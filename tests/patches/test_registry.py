@@ -1,0 +1,76 @@
+"""registry: the ledger agrees with the patch modules, the hook table and the tests on disk."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from qwen_npu.patches import hook
+from qwen_npu.patches.registry import BY_NAME, PATCHES, STATES, get_patch
+
+PATCH_DIR = Path(__file__).resolve().parents[2] / "qwen_npu" / "patches"
+TEST_DIR = Path(__file__).resolve().parent
+
+
+def test_names_are_the_contract_names() -> None:
+    assert [p.name for p in PATCHES] == [
+        "modelslim-moe-unquant-fallback",
+        "mtp-modelslim-unquant",
+        "mamba-scatter-ub-aware",
+    ]
+    assert STATES == ("applied", "disabled", "upstream-fixed", "drifted", "target-missing")
+
+
+@pytest.mark.parametrize("info", PATCHES, ids=lambda p: p.name)
+def test_each_entry_matches_its_module_and_test(info: object) -> None:
+    from qwen_npu.patches.registry import PatchInfo
+
+    assert isinstance(info, PatchInfo)
+    basename = info.name.replace("-", "_")
+    assert info.module == f"qwen_npu.patches.{basename}"
+    assert (PATCH_DIR / f"{basename}.py").is_file()
+    assert (TEST_DIR / f"test_{basename}.py").is_file()
+    module = importlib.import_module(info.module)
+    assert module.INFO is info
+    for name in ("apply", "revert", "active"):
+        assert callable(getattr(module, name))
+    doc = module.__doc__ or ""
+    for needle in ("What:", "Why:", "How:", "pull/34353", "Remove when:"):
+        assert needle in doc, f"{info.module} docstring lacks {needle!r}"
+    assert info.upstream_pr.endswith("/pull/34353")
+    assert info.why and info.remove_when
+    module_path, _, qualname = info.target.partition(":")
+    assert module_path in hook.TRIGGERS[info.module] and qualname
+
+
+def test_every_patch_module_on_disk_is_registered() -> None:
+    shared = {
+        "__init__",
+        "cli",
+        "core",
+        "hook",
+        "log",
+        "registry",
+        "state",
+        "ub_plan",
+        "modelslim_desc",
+        "model_config",
+    }
+    on_disk = {p.stem for p in PATCH_DIR.glob("*.py")} - shared
+    assert on_disk == {p.name.replace("-", "_") for p in PATCHES}
+    assert set(hook.TRIGGERS) == {p.module for p in PATCHES}
+
+
+def test_unknown_name() -> None:
+    assert get_patch("mtp-modelslim-unquant") is BY_NAME["mtp-modelslim-unquant"]
+    with pytest.raises(KeyError, match="unknown patch 'x'; known: modelslim-moe"):
+        get_patch("x")
+
+
+def test_the_fingerprints_are_for_the_pinned_sglang(versions: dict[str, str]) -> None:
+    """The drift guard's pinned shapes belong to docker/versions.env's SGLANG_VERSION."""
+    from importlib.metadata import version
+
+    assert version("sglang") == versions["SGLANG_VERSION"] == "0.5.23"

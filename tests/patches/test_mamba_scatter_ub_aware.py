@@ -13,6 +13,7 @@ import torch
 
 from qwen_npu.patches import mamba_scatter_ub_aware as patch
 from qwen_npu.patches.state import read_state
+from qwen_npu.patches.ub_plan import next_pow2
 
 UB_BYTES = 196_608
 OVERFLOW = "ub overflow, requires 2097152 bits while 1572864 bits available!"
@@ -68,18 +69,21 @@ def tiled_move(
     steps: torch.Tensor,
     h_block_size: int,
 ) -> None:
-    """Torch reference of the kernel: one program per request, loop over layers and over H in
-    blocks of h_block_size, each moving one [h_block_size, V, K] tile; a negative step skips."""
-    layers, _, _, heads, _, _ = cache.shape
+    """Torch reference of the kernel: one program per request, a loop over layers and over H in
+    blocks of h_block_size, each moving one [h_block_size, next_pow2(V), next_pow2(K)] tile
+    (loaded and stored under a mask, as the kernel does); a negative step skips the request."""
+    layers, _, _, heads, v, k = cache.shape
+    pv, pk = next_pow2(v), next_pow2(k)
     for i in range(dst.shape[0]):
         step = int(steps[i])
         if step < 0:
             continue
         for layer in range(layers):
             for h0 in range(0, heads, h_block_size):
-                h1 = min(h0 + h_block_size, heads)
-                tile = cache[layer, int(src[i]), step, h0:h1]
-                ssm_states[layer, int(dst[i]), h0:h1] = tile
+                rows = min(h_block_size, heads - h0)
+                tile = torch.zeros((h_block_size, pv, pk), dtype=cache.dtype)
+                tile[:rows, :v, :k] = cache[layer, int(src[i]), step, h0 : h0 + rows]
+                ssm_states[layer, int(dst[i]), h0 : h0 + rows] = tile[:rows, :v, :k]
 
 
 def plain_indexing(

@@ -36,6 +36,7 @@ ARG NPU_TORCHVISION_VERSION=0.25.0
 ARG TORCH_NPU_VERSION=2.10.0.post6
 ARG TRITON_ASCEND_VERSION=3.2.2
 ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
+ARG SGLANG_ROUTER_VERSION=0.3.2
 # Where the artefacts come from (mirrors can be swapped in; the versions stay pinned above).
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG PYTORCH_CPU_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -94,7 +95,12 @@ RUN arch="$(uname -m)" \
 COPY pyproject.toml README.md /tmp/qwen-npu/
 COPY qwen_npu /tmp/qwen-npu/qwen_npu
 RUN pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt /tmp/qwen-npu \
-    && rm -rf /tmp/qwen-npu /tmp/constraints.txt
+    && rm -rf /tmp/qwen-npu
+
+# sglang-router: the chart's optional cache-aware router runs from this same image.
+RUN pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
+        "sglang-router==${SGLANG_ROUTER_VERSION}" \
+    && rm -f /tmp/constraints.txt
 
 # ---------------------------------------------------------------------------------------------
 FROM base AS engine

@@ -31,8 +31,8 @@ PERF_TARGETS :=
 include $(sort $(wildcard mk/*.mk))
 
 help: ## list the verbs
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort -u | \
-		awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}' | sort -u
 
 setup: $(STAMP) ## build .venv (CPU torch, SGLang $(SGLANG_VERSION) modules, qwen-npu with all extras)
 

@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from qwen_npu.patches import state as state_file
 from qwen_npu.patches.log import log
-from qwen_npu.patches.registry import ENV_DISABLE, PatchInfo
+from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo
 
 T = TypeVar("T")
 Probe = Literal["fixed", "needed"] | None
@@ -87,8 +87,21 @@ def disabled_names() -> frozenset[str]:
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
+_warned_unknown: set[str] = set()
+
+
 def is_disabled(name: str) -> bool:
     names = disabled_names()
+    unknown = sorted(n for n in names - set(BY_NAME) - {"all"} if n not in _warned_unknown)
+    if unknown:
+        _warned_unknown.update(unknown)
+        log(
+            "warning",
+            "patch.unknown_disable_name",
+            names=",".join(unknown),
+            known=",".join(BY_NAME),
+            next=f"fix the spelling in {ENV_DISABLE} (chart value patches.disabled)",
+        )
     return name in names or "all" in names
 
 

@@ -159,3 +159,14 @@ def test_swapped_restores_and_removes() -> None:
     with core.swapped(obj, a=2, b=3):
         assert (obj.a, obj.b) == (2, 3)
     assert obj.a == 1 and not hasattr(obj, "b")
+
+
+def test_a_misspelt_name_is_warned_about_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(core, "_warned_unknown", set())
+    monkeypatch.setenv("QWEN_NPU_DISABLE_PATCHES", "mamba-scatter-ub-awre")
+    assert run().state == "applied"
+    assert run().state == "applied"
+    err = capsys.readouterr().err
+    assert err.count("event=patch.unknown_disable_name names=mamba-scatter-ub-awre") == 1

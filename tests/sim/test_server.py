@@ -224,8 +224,9 @@ def _burst(url: str, n: int, body: dict[str, Any]) -> list[tuple[int, float]]:
 
 
 def test_bounded_running_set_queues_and_ttft_grows_with_queue(client: httpx.Client) -> None:
-    with running_sim(ttft_ms=10, itl_ms=10, max_running_requests=2, max_queued_requests=3) as url:
-        results = _burst(url, 8, gen_body(10))
+    with running_sim(ttft_ms=10, itl_ms=20, max_running_requests=2, max_queued_requests=3) as url:
+        # 20 tokens x 20 ms: every request of the burst arrives while the first two still run.
+        results = _burst(url, 8, gen_body(20))
         codes = sorted(code for code, _ in results)
         # 2 running + 3 queued are served; the rest are refused as SGLang does when full.
         assert codes.count(200) >= 5 and 503 in codes

@@ -36,6 +36,11 @@ class BenchConfig:
     warmup: bool = True
     ready_timeout_s: float = 60.0
     progress_interval_s: float = 2.0
+    # Users start this far apart. sglang.benchmark.serving's users are spread by its own
+    # per-request setup (a new HTTP session and connection each, about a millisecond); ours send
+    # much faster, and a first wave of CONC requests in one burst queues inside the server's HTTP
+    # layer, which every request of that wave then reports as TTFT.
+    ramp_ms_per_user: float = 1.0
     tag: str | None = None
 
     def dataset_config(self) -> DatasetConfig:

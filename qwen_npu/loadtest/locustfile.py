@@ -50,6 +50,13 @@ class BenchState:
         self.backend: Backend = get_backend(config.api)
         self.next_ticket = next_ticket
         self.sink = sink
+        self.users_started = 0
+
+    def start_delay_s(self) -> float:
+        """Users start ``ramp_ms_per_user`` apart (see BenchConfig): the first wave is no burst."""
+        k = self.users_started
+        self.users_started += 1
+        return k * self.config.ramp_ms_per_user / 1000.0
 
 
 class CountingTickets:
@@ -133,6 +140,9 @@ class BenchUser(HttpUser):
         # A plain requests.Session (what HttpUser's client is built on) per user: one kept-alive
         # connection, and none of HttpSession's per-request bookkeeping inside the timings.
         self.stream_session = requests.Session()
+        state: BenchState | None = getattr(self.environment, "qwen_bench", None)
+        if state is not None:
+            gevent.sleep(state.start_delay_s())
 
     def on_stop(self) -> None:
         self.stream_session.close()

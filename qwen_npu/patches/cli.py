@@ -20,7 +20,14 @@ from typing import Any
 
 from qwen_npu.patches import core, hook, state
 from qwen_npu.patches.log import get_logger
-from qwen_npu.patches.registry import ENV_DISABLE, OK_STATES, PATCHES, PatchInfo, get_patch
+from qwen_npu.patches.registry import (
+    ENV_DISABLE,
+    OK_STATES,
+    PATCHES,
+    PatchInfo,
+    disabled_patches,
+    get_patch,
+)
 
 
 def _module_for(info: PatchInfo) -> Any:
@@ -61,13 +68,13 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    disabled = core.disabled_names()
+    disabled, _ = disabled_patches(os.environ)
     rows = [
         {
             "name": p.name,
             "target": p.target,
             "upstream_pr": p.upstream_pr,
-            "disabled_by_env": p.name in disabled or "all" in disabled,
+            "disabled_by_env": p.name in disabled,
         }
         for p in PATCHES
     ]

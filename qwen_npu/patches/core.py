@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from qwen_npu.patches import state as state_file
 from qwen_npu.patches.log import log
-from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo
+from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo, disable_requests
 
 T = TypeVar("T")
 Probe = Literal["fixed", "needed"] | None
@@ -82,23 +82,18 @@ class TargetMissing(Exception):
     """Raised by a patch's loader when the module or attribute it patches does not exist."""
 
 
-def disabled_names() -> frozenset[str]:
-    raw = os.environ.get(ENV_DISABLE, "")
-    return frozenset(part.strip() for part in raw.split(",") if part.strip())
-
-
 _warned_unknown: set[str] = set()
 
 
 def is_disabled(name: str) -> bool:
-    names = disabled_names()
-    unknown = sorted(n for n in names - set(BY_NAME) - {"all"} if n not in _warned_unknown)
-    if unknown:
-        _warned_unknown.update(unknown)
+    names = disable_requests(os.environ)
+    fresh = sorted(n for n in names - set(BY_NAME) - {"all"} if n not in _warned_unknown)
+    if fresh:
+        _warned_unknown.update(fresh)
         log(
             "warning",
             "patch.unknown_disable_name",
-            names=",".join(unknown),
+            names=",".join(fresh),
             known=",".join(BY_NAME),
             next=f"fix the spelling in {ENV_DISABLE} (chart value patches.disabled)",
         )

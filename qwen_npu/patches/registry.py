@@ -8,6 +8,7 @@ Standard library only; importing this module imports no patch and no SGLang code
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 UPSTREAM_PR = "https://github.com/sgl-project/sglang/pull/34353"
@@ -95,3 +96,19 @@ def get_patch(name: str) -> PatchInfo:
         return BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown patch {name!r}; known: {', '.join(BY_NAME)}") from None
+
+
+def disable_requests(environ: Mapping[str, str]) -> frozenset[str]:
+    """The names in ``QWEN_NPU_DISABLE_PATCHES`` (comma-separated; ``all`` means every patch).
+
+    The one parser of the kill switch: the patches themselves, ``qwen-npu patches`` and preflight
+    all read it through here (or through ``disabled_patches``).
+    """
+    return frozenset(n.strip() for n in environ.get(ENV_DISABLE, "").split(",") if n.strip())
+
+
+def disabled_patches(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(disabled patch names in ledger order, requested names that are no patch)."""
+    names = disable_requests(environ)
+    unknown = sorted(n for n in names if n != "all" and n not in BY_NAME)
+    return [p.name for p in PATCHES if p.name in names or "all" in names], unknown

@@ -223,7 +223,16 @@ def test_should_run_preflight_with_engine_image_when_preflight_enabled() -> None
     assert preflight is not None and engine is not None
     assert preflight["image"] == engine["image"]
     assert preflight["command"] == ["qwen-npu", "preflight"]
-    assert preflight["args"] == ["/models/Qwen3.5-122B-A10B-w8a8", "--tp", "4"]
+    assert preflight["args"] == [
+        "/models/Qwen3.5-122B-A10B-w8a8",
+        "--tp",
+        "4",
+        "--mtp",
+        "--npu-memory-gb",
+        "64",
+        "--mem-fraction-static",
+        "0.8",
+    ]
     assert _env(template, "preflight")["QWEN_NPU_DISABLE_PATCHES"]["value"] == (
         "mamba-scatter-ub-aware"
     )

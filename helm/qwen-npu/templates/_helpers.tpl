@@ -172,6 +172,85 @@ make the plain command line work.
 {{- end }}
 
 {{/*
+The preflight init container's arguments (its command is `qwen-npu preflight`): the engine's own
+settings, so preflight judges the command line the engine will really run (docs/chart.md). Every
+value comes from the same key as the engine's flag: TP (engine.tpSize), MTP on/off (mtp.enabled),
+the SSM dtype (engine.mambaSsmDtype), the static memory share (engine.memFractionStatic); the HBM per
+NPU has no engine flag (preflight.npuMemoryGb). QWEN_NPU_DISABLE_PATCHES and SGLANG_MAMBA_SSM_DTYPE
+come through the shared environment ("qwen-npu.engineEnv").
+*/}}
+{{- define "qwen-npu.preflightArgs" -}}
+{{- $e := .Values.engine }}
+- {{ include "qwen-npu.modelDir" . | quote }}
+- --tp
+- {{ $e.tpSize | quote }}
+- {{ ternary "--mtp" "--no-mtp" .Values.mtp.enabled }}
+- --npu-memory-gb
+- {{ .Values.preflight.npuMemoryGb | quote }}
+- --mem-fraction-static
+- {{ $e.memFractionStatic | quote }}
+{{- if $e.mambaSsmDtype }}
+- --mamba-ssm-dtype
+- {{ $e.mambaSsmDtype | quote }}
+{{- end }}
+{{- if .Values.preflight.checkShards }}
+- --check-shards
+{{- end }}
+{{- range .Values.preflight.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Flags the chart renders from values: repeating one in an extraArgs list would make the engine and
+preflight disagree (argparse keeps the last value), so the checks below reject them, also
+abbreviated (argparse accepts any unique prefix) or written `--flag=value`. Maps flag -> the value
+to set instead.
+*/}}
+{{- define "qwen-npu.preflightOwnedFlags" -}}
+{{- toJson (dict
+  "--tp" "engine.tpSize"
+  "--tp-size" "engine.tpSize"
+  "--mtp" "mtp.enabled"
+  "--no-mtp" "mtp.enabled"
+  "--mamba-ssm-dtype" "engine.mambaSsmDtype"
+  "--mem-fraction-static" "engine.memFractionStatic"
+  "--npu-memory-gb" "preflight.npuMemoryGb"
+  "--check-shards" "preflight.checkShards"
+) }}
+{{- end }}
+
+{{/* Engine flags whose value preflight judges too (see above). */}}
+{{- define "qwen-npu.engineOwnedFlags" -}}
+{{- toJson (dict
+  "--tp-size" "engine.tpSize"
+  "--tensor-parallel-size" "engine.tpSize"
+  "--mamba-ssm-dtype" "engine.mambaSsmDtype"
+  "--mem-fraction-static" "engine.memFractionStatic"
+  "--speculative-algorithm" "mtp.enabled and mtp.algorithm"
+) }}
+{{- end }}
+
+{{/*
+Fails when a list of extra flags repeats a flag the chart owns. Call with (dict "args" <list>
+"owned" <json of "flag" -> "value"> "key" "<values key of the list>").
+*/}}
+{{- define "qwen-npu.rejectOwnedFlags" -}}
+{{- $owned := fromJson .owned }}
+{{- range .args }}
+{{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
+{{- if and (hasPrefix "--" $flag) (gt (len $flag) 2) }}
+{{- range $name, $value := $owned }}
+{{- if hasPrefix $flag $name }}
+{{- $what := ternary $name (printf "%s (argparse reads it as %s)" $flag $name) (eq $flag $name) }}
+{{- fail (printf "%s: %s is a flag the chart renders from %s; remove it from %s and set %s instead (preflight must judge what the engine runs)" $.key $what $value $.key $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 checkov skips as metadata annotations: one "CHECK_ID=reason" per entry (helm/qwen-npu/README.md
 lists them). Call with a list.
 */}}
@@ -314,6 +393,19 @@ template that renders reaches it.
 {{- end }}
 {{- if and .Values.router.enabled (eq (int .Values.replicas) 0) (not .Values.autoscaling.enabled) }}
 {{- fail "router.enabled with replicas 0: the router would have no engine; set replicas >= 1" }}
+{{- end }}
+{{- $_ := include "qwen-npu.rejectOwnedFlags" (dict "args" .Values.preflight.extraArgs "owned" (include "qwen-npu.preflightOwnedFlags" .) "key" "preflight.extraArgs") }}
+{{- $_ := include "qwen-npu.rejectOwnedFlags" (dict "args" .Values.engine.extraArgs "owned" (include "qwen-npu.engineOwnedFlags" .) "key" "engine.extraArgs") }}
+{{- range $name := list "QWEN_NPU_DISABLE_PATCHES" "SGLANG_MAMBA_SSM_DTYPE" }}
+{{- $instead := ternary "patches.disabled" "engine.mambaSsmDtype" (eq $name "QWEN_NPU_DISABLE_PATCHES") }}
+{{- if hasKey $.Values.engine.ascendEnv $name }}
+{{- fail (printf "engine.ascendEnv sets %s: set %s instead (the chart hands it to the engine and preflight alike)" $name $instead) }}
+{{- end }}
+{{- range $.Values.engine.extraEnv }}
+{{- if eq (toString (get . "name")) $name }}
+{{- fail (printf "engine.extraEnv sets %s: set %s instead (the chart hands it to the engine and preflight alike; an extraEnv entry would reach the engine only)" $name $instead) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and .Values.mtp.enabled (lt (int .Values.mtp.numDraftTokens) 2) }}
 {{- fail "mtp.numDraftTokens must be at least 2 with MTP on (one verified token plus drafts); or set mtp.enabled=false" }}

@@ -2,8 +2,9 @@
 The engine pod, shared by the Deployment (role "single") and the LeaderWorkerSet ("leader",
 "worker"). Call with (dict "root" $ "role" "single|leader|worker").
 
-- preflight init container: `qwen-npu preflight <model dir> --tp N` in the engine image, so a
-  checkpoint that would fail stops the pod in seconds;
+- preflight init container: `qwen-npu preflight <model dir>` in the engine image with the engine's
+  settings ("qwen-npu.preflightArgs") and environment, so a checkpoint that would fail stops the
+  pod in seconds;
 - engine: SGLang with the rendered command line; the kubelet probes the sidecar's /startupz,
   /readyz and /livez on the sidecar port (the sidecar judges the engine from cached state);
 - sidecar (serving pods only): metrics, probes, canary; reads the patches' state.json from the
@@ -75,12 +76,7 @@ spec:
         - qwen-npu
         - preflight
       args:
-        - {{ include "qwen-npu.modelDir" $root | quote }}
-        - --tp
-        - {{ $v.engine.tpSize | quote }}
-        {{- range $v.preflight.extraArgs }}
-        - {{ . | quote }}
-        {{- end }}
+        {{- include "qwen-npu.preflightArgs" $root | nindent 8 }}
       env:
         {{- include "qwen-npu.engineEnv" $root | nindent 8 }}
       resources:

@@ -130,16 +130,6 @@ def _moe_error_code(message: str) -> str:
     return "moe-scheme-unsupported"
 
 
-def disabled_patches(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """(disabled patch names, unknown names) from ``QWEN_NPU_DISABLE_PATCHES`` (``all`` = every)."""
-    raw = environ.get(registry.ENV_DISABLE, "")
-    names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n != "all" and n not in registry.BY_NAME]
-    if "all" in names:
-        return [p.name for p in registry.PATCHES], unknown
-    return [n for n in names if n in registry.BY_NAME], unknown
-
-
 @dataclass
 class QuantReport:
     """What the description says and what it means for startup."""

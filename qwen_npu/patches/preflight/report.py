@@ -242,7 +242,7 @@ def run_preflight(
     env = os.environ if environ is None else environ
     ckpt = load_checkpoint(model_dir, mamba_ssm_dtype=opts.mamba_ssm_dtype, environ=env)
     c = ckpt.config
-    disabled, unknown = qnt.disabled_patches(env)
+    disabled, unknown = registry.disabled_patches(env)
     q = qnt.analyze_quant(
         ckpt.description, ckpt.description_scan, c, mtp=opts.mtp, disabled=disabled
     )

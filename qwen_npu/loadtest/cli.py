@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", action="append", default=[], help="key=percent (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
     p.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s, help="seconds")
+    p.add_argument(
+        "--ramp-ms-per-user",
+        type=float,
+        default=d.ramp_ms_per_user,
+        help="users start this many ms apart (%(default)s; 0 = all at once)",
+    )
     p.add_argument("--tag", default=None, help="free text stored in the JSONL line")
     return p
 
@@ -93,6 +99,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
     if args.concurrency < 1:
         raise ValueError(f"CONC={args.concurrency}: must be at least 1")
+    if args.ramp_ms_per_user < 0:
+        raise ValueError(f"--ramp-ms-per-user={args.ramp_ms_per_user}: must be 0 or more")
     if args.workers < 0:
         raise ValueError(f"WORKERS={args.workers}: must be 0 (one process) or more")
     if not args.target.startswith(("http://", "https://")):
@@ -112,6 +120,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         dataset=args.dataset,
         warmup=not args.no_warmup,
         ready_timeout_s=args.ready_timeout,
+        ramp_ms_per_user=args.ramp_ms_per_user,
         tag=args.tag,
     )
     get_dataset(config.dataset, config.dataset_config())  # validates the numbers

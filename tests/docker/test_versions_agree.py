@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 import yaml
 
+import qwen_npu
+
 from .dockerfile_parse import parse
 
 
@@ -20,10 +22,9 @@ def test_test_venv_runs_the_pinned_sglang_and_torch(versions: dict[str, str]) ->
     assert torch.__version__.split("+")[0] == versions["TEST_TORCH_VERSION"]
 
 
-def test_qwen_npu_version_is_the_distributions(repo: Path, versions: dict[str, str]) -> None:
-    pyproject = (repo / "pyproject.toml").read_text()
-    match = re.search(r'^version = "([^"]+)"', pyproject, re.M)
-    assert match and match.group(1) == versions["QWEN_NPU_VERSION"]
+def test_qwen_npu_version_is_the_distributions(versions: dict[str, str]) -> None:
+    assert qwen_npu.__version__ == versions["QWEN_NPU_VERSION"]
+    assert importlib.metadata.version("qwen-npu") == versions["QWEN_NPU_VERSION"]
 
 
 def test_sidecar_dockerfile_pins_come_from_the_versions_file(

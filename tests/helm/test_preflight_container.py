@@ -229,6 +229,17 @@ def test_should_fail_naming_the_value_when_engine_and_preflight_could_disagree(c
         assert fragment in message, message
 
 
+def test_should_reject_a_fraction_given_with_plain_set_when_schema_wants_a_number() -> None:
+    """Helm's --set types integers and booleans only: 0.7 arrives as a string (docs/chart.md)."""
+    assert helm.parse_set_string("engine.memFractionStatic=0.7") == {
+        "engine": {"memFractionStatic": "0.7"}
+    }
+    with pytest.raises(helm.HelmValuesError, match="/engine/memFractionStatic"):
+        chart_tool.render(helm.parse_set_string("engine.memFractionStatic=0.7"))
+    fixed = helm.parse_set_json("engine.memFractionStatic=0.7")
+    assert _pairs(_preflight_args(fixed))["--mem-fraction-static"] == "0.7"
+
+
 def test_should_keep_unrelated_extra_flags_when_rendering() -> None:
     values = {
         "engine": {"extraArgs": ["--max-running-requests", "64", "--tp-size-x"]},
@@ -253,9 +264,12 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run_init_container(models_root: Path, set_values: str = "") -> tuple[int, dict[str, Any]]:
-    """Render with `--set <set_values>` over the upstream profile, then run the preflight init
-    container's command, arguments and environment (value entries) here; returns (exit, JSON)."""
+def run_init_container(
+    models_root: Path, set_values: str = "", set_json: str = ""
+) -> tuple[int, dict[str, Any]]:
+    """Render with `--set <set_values> --set-json <set_json>` over the upstream profile (parsed by
+    Helm's own code), then run the preflight init container's command, arguments and environment
+    (value entries) here; returns (exit code, JSON report)."""
     values = chart_tool.deep_merge(
         UPSTREAM,
         {
@@ -265,6 +279,8 @@ def run_init_container(models_root: Path, set_values: str = "") -> tuple[int, di
     )
     if set_values:
         values = chart_tool.deep_merge(values, helm.parse_set_string(set_values))
+    if set_json:
+        values = chart_tool.deep_merge(values, helm.parse_set_json(set_json))
     ((_, preflight, _),) = _preflight_and_engine(chart_tool.render_docs(values))
     env = {e["name"]: str(e["value"]) for e in preflight["env"] if "value" in e}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -325,8 +341,9 @@ def test_should_judge_the_engine_dtype_when_engine_sets_bf16_state(models_root: 
 def test_should_stop_the_pod_when_weights_exceed_the_configured_npu_memory(
     models_root: Path,
 ) -> None:
+    # Helm's --set keeps 0.7 a string (only integers are typed): fractions go through --set-json.
     code, report = run_init_container(
-        models_root, "preflight.npuMemoryGb=16,engine.memFractionStatic=0.7"
+        models_root, "preflight.npuMemoryGb=16", "engine.memFractionStatic=0.7"
     )
     assert (code, report["verdict"]) == (1, "would_fail")
     assert "memory-overflow" in _blocking(report)

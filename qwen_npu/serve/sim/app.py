@@ -14,7 +14,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -161,8 +161,17 @@ ARRIVAL_KEY = "qwen_npu_sim_arrival"
 RAW_SEND_KEY = "qwen_npu_sim.raw_send"
 
 
+FastHandler = Callable[[bytes, "float | None"], Awaitable[Response]]
+
+
 class RawSend:
-    """Outermost ASGI layer: keeps the server's undecorated ``send`` in the scope for streams."""
+    """Outermost ASGI layer: the generate routes' fast path, and the raw ``send`` for streams.
+
+    Under a burst of requests every microsecond of per-request work delays the next request's
+    arrival stamp, so POST /generate and the OpenAI routes skip FastAPI's routing and middleware:
+    the body is read here and handed to the same handler the FastAPI route uses. Streams send
+    with the server's undecorated ``send`` (kept in the scope).
+    """
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
@@ -170,6 +179,20 @@ class RawSend:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[RAW_SEND_KEY] = send
+            fast: dict[tuple[str, str], FastHandler] = self.app.state.fast_routes
+            handler = fast.get((scope["method"], scope["path"]))
+            if handler is not None:
+                chunks = []
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client left before the body arrived
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+                response = await handler(b"".join(chunks), _arrival(scope))
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -208,6 +231,18 @@ def crash(reason: str) -> None:
     os._exit(1)
 
 
+def _arrival(scope: Scope) -> float | None:
+    state = scope.get("state")
+    return state.get(ARRIVAL_KEY) if isinstance(state, dict) else None
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        raise proto.BadRequest("the body is not valid JSON") from None
+
+
 async def _json_body(request: Request) -> Any:
     raw = await request.body()
     try:
@@ -235,7 +270,7 @@ def create_app(cfg: SimConfig) -> FastAPI:
     # -- generation --------------------------------------------------------------------------
 
     async def run(
-        request: Request,
+        arrival: float | None,
         p: proto.GenParams,
         events: Callable[[EngineRequest], AsyncIterator[tuple[bytes, float]]],
         whole: Callable[[EngineRequest], dict[str, Any]],
@@ -243,7 +278,7 @@ def create_app(cfg: SimConfig) -> FastAPI:
         eng = sim.eng
         req = sim.new_request(p)
         try:
-            eng.submit(req, request.scope.get("state", {}).get(ARRIVAL_KEY))
+            eng.submit(req, arrival)
         except QueueFull:
             return JSONResponse(
                 proto.error_body("the waiting queue is full", 503, "busy"), status_code=503
@@ -262,11 +297,10 @@ def create_app(cfg: SimConfig) -> FastAPI:
             return JSONResponse(proto.error_body("aborted", 500, "aborted"), status_code=500)
         return JSONResponse(whole(req))
 
-    @app.post("/generate")
-    async def generate(request: Request) -> Response:
+    async def generate_raw(raw: bytes, arrival: float | None) -> Response:
         rid = uuid.uuid4().hex
         try:
-            p = proto.parse_generate(await _json_body(request), cfg, rid)
+            p = proto.parse_generate(_loads(raw), cfg, rid)
         except proto.BadRequest as exc:
             return _bad(str(exc))
         refused = sim.gate(openai=False)
@@ -287,12 +321,12 @@ def create_app(cfg: SimConfig) -> FastAPI:
         def whole(req: EngineRequest) -> dict[str, Any]:
             return proto.native_body(req, rid, sim.eng.loop.time(), steps)
 
-        return await run(request, p, events, whole)
+        return await run(arrival, p, events, whole)
 
-    async def openai(request: Request, chat: bool) -> Response:
+    async def openai_raw(raw: bytes, arrival: float | None, chat: bool) -> Response:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
-            p = proto.parse_openai(await _json_body(request), cfg, rid, chat)
+            p = proto.parse_openai(_loads(raw), cfg, rid, chat)
         except proto.BadRequest as exc:
             return _bad(str(exc))
         refused = sim.gate(openai=True)
@@ -314,15 +348,33 @@ def create_app(cfg: SimConfig) -> FastAPI:
         def whole(req: EngineRequest) -> dict[str, Any]:
             return proto.openai_body(req, rid, cfg.model_name, chat)
 
-        return await run(request, p, events, whole)
+        return await run(arrival, p, events, whole)
+
+    async def completions_raw(raw: bytes, arrival: float | None) -> Response:
+        return await openai_raw(raw, arrival, chat=False)
+
+    async def chat_raw(raw: bytes, arrival: float | None) -> Response:
+        return await openai_raw(raw, arrival, chat=True)
+
+    # The generate routes are served by RawSend's fast path; these FastAPI twins keep them in
+    # the OpenAPI schema and serve any caller that mounts the FastAPI app alone.
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        return await generate_raw(await request.body(), _arrival(request.scope))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await openai(request, chat=False)
+        return await completions_raw(await request.body(), _arrival(request.scope))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await openai(request, chat=True)
+        return await chat_raw(await request.body(), _arrival(request.scope))
+
+    app.state.fast_routes = {
+        ("POST", "/generate"): generate_raw,
+        ("POST", "/v1/completions"): completions_raw,
+        ("POST", "/v1/chat/completions"): chat_raw,
+    }
 
     # -- probes ------------------------------------------------------------------------------
 

@@ -45,7 +45,8 @@ def port_free(port: int) -> bool:
 
 
 def pick_port(preferred: int) -> int:
-    if port_free(preferred):
+    """``preferred`` when free, else any free port (0 asks for any free port)."""
+    if preferred and port_free(preferred):
         return preferred
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     py = sys.executable
-    engine_port = pick_port(30000)
-    sidecar_port = pick_port(9400)
+    engine_port = pick_port(args.engine_port)
+    sidecar_port = pick_port(args.sidecar_port)
     engine = f"http://127.0.0.1:{engine_port}"
     sidecar = f"http://127.0.0.1:{sidecar_port}"
     children = Children()
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qwen_npu.loadtest.demo", description=__doc__)
     p.add_argument("--num-prompts", type=int, default=50)
     p.add_argument("--out-dir", default=os.path.join("out", "demo"))
+    p.add_argument("--engine-port", type=int, default=30000, help="0 = any free port")
+    p.add_argument("--sidecar-port", type=int, default=9400, help="0 = any free port")
     p.add_argument("--hold-s", type=float, default=0.0, help="keep the servers up this long")
     return run(p.parse_args(sys.argv[1:] if argv is None else argv))
 

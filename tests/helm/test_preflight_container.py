@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ UPSTREAM = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a
 BIG = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml")
 CHECKPOINT = "Qwen3.6-35B-A3B-w8a8"
 
-# Extra scenarios on top of every profile and ci/ overlay: each preflight knob away from its default.
+# Extra scenarios beside every profile and ci/ overlay: each preflight knob off its default.
 VARIANTS: dict[str, dict[str, Any]] = {
     "bf16-state": chart_tool.deep_merge(UPSTREAM, {"engine": {"mambaSsmDtype": "bfloat16"}}),
     "fp16-mtp-off": chart_tool.deep_merge(
@@ -125,6 +126,17 @@ def _preflight_args(values: dict[str, Any], role: str = "single") -> list[str]:
     return [str(a) for a in found[role]["args"]]
 
 
+def test_should_equal_documented_preflight_line_when_rendering_defaults() -> None:
+    text = (chart_tool.REPO / "docs" / "chart.md").read_text()
+    marker = "<!-- documented-preflight -->"
+    assert marker in text, f"docs/chart.md: the marker {marker} is missing"
+    block = text.split(marker, 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    documented = shlex.split(block.replace("\\\n", " "))
+    assert documented[:2] == ["qwen-npu", "preflight"]
+    for values in ({}, UPSTREAM):
+        assert _preflight_args(values) == documented[2:]
+
+
 def test_should_pass_no_mtp_when_mtp_disabled() -> None:
     on = _preflight_args(UPSTREAM)
     off = _preflight_args(chart_tool.deep_merge(UPSTREAM, {"mtp": {"enabled": False}}))
@@ -138,7 +150,8 @@ def test_should_pass_no_mtp_when_mtp_disabled() -> None:
 
 def test_should_pass_ssm_dtype_flag_when_engine_sets_one() -> None:
     assert "--mamba-ssm-dtype" not in _preflight_args(UPSTREAM)
-    args = _preflight_args(chart_tool.deep_merge(UPSTREAM, {"engine": {"mambaSsmDtype": "bfloat16"}}))
+    bf16 = chart_tool.deep_merge(UPSTREAM, {"engine": {"mambaSsmDtype": "bfloat16"}})
+    args = _preflight_args(bf16)
     assert _pairs(args)["--mamba-ssm-dtype"] == "bfloat16"
 
 

@@ -79,6 +79,7 @@ def test_same_seed_same_ids_other_seed_other_ids() -> None:
         (["--threshold", "bogus=1"], "--threshold"),
         (["--baseline", "/nonexistent/base.jsonl"], "base.jsonl"),
         (["--tokenizer", "/nonexistent"], "tokenizer.json"),
+        (["--ramp-ms-per-user", "-1"], "--ramp-ms-per-user"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(

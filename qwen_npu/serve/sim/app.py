@@ -37,15 +37,19 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class EventStream(Response):
-    """An SSE response fed by an async iterator of (event bytes, engine deadline or 0).
+    """An SSE response fed by an async iterator of (event bytes, engine deadline or 0, last).
 
-    After each send it tells the engine how late the event left (``Engine.observe_send``).
+    After each send it tells the engine how late the event left (``Engine.observe_send``). The
+    last event goes out with the end of the body in one write (one syscall fewer per request).
     """
 
     media_type = "text/event-stream"
 
     def __init__(
-        self, events: AsyncIterator[tuple[bytes, float]], on_close: Callable[[], None], eng: Engine
+        self,
+        events: AsyncIterator[tuple[bytes, float, bool]],
+        on_close: Callable[[], None],
+        eng: Engine,
     ) -> None:
         super().__init__(status_code=200, media_type=self.media_type)
         self.events = events
@@ -65,11 +69,15 @@ class EventStream(Response):
         try:
             clock = self.eng.loop.time
             observe = self.eng.observe_send
-            async for event, deadline in self.events:
-                await send({"type": "http.response.body", "body": event, "more_body": True})
+            last = False
+            async for event, deadline, last in self.events:
+                await send({"type": "http.response.body", "body": event, "more_body": not last})
                 if deadline:
                     observe(clock() - deadline)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if last:
+                    break
+            if not last:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (Aborted, OSError):
             pass
         finally:
@@ -272,7 +280,7 @@ def create_app(cfg: SimConfig) -> FastAPI:
     async def run(
         arrival: float | None,
         p: proto.GenParams,
-        events: Callable[[EngineRequest], AsyncIterator[tuple[bytes, float]]],
+        events: Callable[[EngineRequest], AsyncIterator[tuple[bytes, float, bool]]],
         whole: Callable[[EngineRequest], dict[str, Any]],
     ) -> Response:
         eng = sim.eng
@@ -308,15 +316,15 @@ def create_app(cfg: SimConfig) -> FastAPI:
             return refused
         steps = cfg.speculative_num_steps
 
-        async def events(req: EngineRequest) -> AsyncIterator[tuple[bytes, float]]:
+        async def events(req: EngineRequest) -> AsyncIterator[tuple[bytes, float, bool]]:
             ns = proto.NativeStream(req, rid, steps)
             while True:
                 chunks = await req.next_chunks()
                 for ch in chunks:  # one SSE event per engine step, as SGLang streams them
-                    yield ns.event(ch), ch.deadline
-                if chunks[-1].finished:
-                    break
-            yield b"data: [DONE]\n\n", 0.0
+                    if ch.finished:
+                        yield ns.event(ch) + b"data: [DONE]\n\n", ch.deadline, True
+                        return
+                    yield ns.event(ch), ch.deadline, False
 
         def whole(req: EngineRequest) -> dict[str, Any]:
             return proto.native_body(req, rid, sim.eng.loop.time(), steps)
@@ -333,17 +341,16 @@ def create_app(cfg: SimConfig) -> FastAPI:
         if refused is not None:
             return refused
 
-        async def events(req: EngineRequest) -> AsyncIterator[tuple[bytes, float]]:
+        async def events(req: EngineRequest) -> AsyncIterator[tuple[bytes, float, bool]]:
             os_ = proto.OpenAIStream(req, rid, cfg.model_name, chat)
             while True:
                 chunks = await req.next_chunks()
                 for ch in chunks:
-                    yield os_.event(ch), ch.deadline
-                if chunks[-1].finished:
-                    break
-            if p.include_usage:
-                yield os_.usage_event(), 0.0
-            yield b"data: [DONE]\n\n", 0.0
+                    if ch.finished:
+                        usage = os_.usage_event() if p.include_usage else b""
+                        yield os_.event(ch) + usage + b"data: [DONE]\n\n", ch.deadline, True
+                        return
+                    yield os_.event(ch), ch.deadline, False
 
         def whole(req: EngineRequest) -> dict[str, Any]:
             return proto.openai_body(req, rid, cfg.model_name, chat)

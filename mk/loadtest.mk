@@ -13,6 +13,7 @@ OUTPUT ?= $(BENCH_OUT)/bench.jsonl
 SWEEP_OUTPUT ?= $(BENCH_OUT)/sweep.jsonl
 UI_PORT ?= 8089
 DEMO_PROMPTS ?= 50
+DEMO_HOLD ?= 0
 
 # Optional flags: only passed when the variable is set.
 BENCH_FLAGS = --target $(TARGET) --api $(API) --workers $(WORKERS) \
@@ -43,7 +44,7 @@ bench-ui: $(STAMP) ## locust web UI on the bench locustfile (http://127.0.0.1:80
 		$(if $(VOCAB_SIZE),--vocab-size $(VOCAB_SIZE))
 
 demo: $(STAMP) ## start the simulator and the sidecar, run the CONC=10 bench, print the table, stop them
-	$(BIN)/python -m qwen_npu.loadtest.demo --num-prompts $(DEMO_PROMPTS) --out-dir $(OUT)/demo
+	$(BIN)/python -m qwen_npu.loadtest.demo --num-prompts $(DEMO_PROMPTS) --hold-s $(DEMO_HOLD) --out-dir $(OUT)/demo
 
 perf-loadtest: $(STAMP) ## our figures vs sglang.benchmark.serving's vs the simulator's truth -> out/perf/loadtest.md
 	@mkdir -p $(OUT)/perf

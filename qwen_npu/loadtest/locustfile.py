@@ -209,6 +209,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
             range_ratio=opts.range_ratio,
             seed=opts.seed,
             vocab_size=opts.vocab_size,
+            ramp_ms_per_user=0.0,  # the web UI ramps with its own spawn rate
         )
     if config is not None:
         # Interactive (web UI): cycle through the dataset until the user presses stop.

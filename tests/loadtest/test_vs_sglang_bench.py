@@ -2,8 +2,9 @@
 
 Same simulator, dataset (random-ids with --tokenize-prompt), lengths, seed and local tokenizer:
 throughputs within 2%, mean TTFT and TPOT within 3%. Both tools run one after the other on the same
-two loaded cores; the simulator's TTFT is 100 ms so that the few milliseconds each client spends
-sending are a small part of what is compared (the 50 ms comparison is in `make perf-loadtest`).
+two loaded cores; the simulator's TTFT is 200 ms so that the few milliseconds each client spends
+sending (sglang's own overshoot reaches +10 ms at CONC 10 under load) stay a small part of what is
+compared; the 50 ms comparison, with each tool's error, is in `make perf-loadtest`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ CONC, NUM, IN_LEN, OUT_LEN = 10, 30, 256, 50
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[str]:
-    with running_sim(ttft_ms=100, itl_ms=10, health_check_poll_s=0.05) as url:
+    with running_sim(ttft_ms=200, itl_ms=10, health_check_poll_s=0.05) as url:
         yield url
 
 
@@ -64,9 +65,9 @@ def test_same_figures_as_sglang_benchmark_serving(
     for key in ("completed", "total_input_tokens", "total_output_tokens", "max_concurrency"):
         assert ours[key] == theirs[key], key
     for key in ("request_throughput", "input_throughput", "output_throughput", "total_throughput"):
-        assert ours[key] == pytest.approx(theirs[key], rel=0.02), key
+        assert ours[key] == pytest.approx(theirs[key], rel=0.02), (key, ours[key], theirs[key])
     for key in ("mean_ttft_ms", "mean_tpot_ms"):
-        assert ours[key] == pytest.approx(theirs[key], rel=0.03), key
+        assert ours[key] == pytest.approx(theirs[key], rel=0.03), (key, ours[key], theirs[key])
     # Existing tooling reads our line: every key sglang wrote is in ours, except the extras it
     # writes for features we do not have (goodput, cache report).
     missing = set(theirs) - set(ours)

@@ -7,6 +7,7 @@ per engine step (no background task group per chunk) and aborts the request when
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -24,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from qwen_npu import __version__
 from qwen_npu.serve.sim import protocol as proto
+from qwen_npu.serve.sim.clock import ready_at
 from qwen_npu.serve.sim.config import SimConfig
 from qwen_npu.serve.sim.engine import Aborted, Engine, QueueFull
 from qwen_npu.serve.sim.engine import Request as EngineRequest
@@ -64,13 +66,18 @@ class EventStream(Response):
         # The server's own send (see RawSend): Starlette's two error-middleware wrappers cost a
         # visible share of the core at 20k+ events/s, and a stream has nothing for them to do.
         send = scope.get(RAW_SEND_KEY, send)
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
         watcher = asyncio.ensure_future(self._watch(receive))
+        started = False
         try:
             clock = self.eng.loop.time
             observe = self.eng.observe_send
             last = False
             async for event, deadline, last in self.events:
+                if not started:
+                    # The headers leave with the first token, not on arrival: under a burst of
+                    # arrivals that keeps a write per request out of the arrivals' way.
+                    started = True
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
                 await send({"type": "http.response.body", "body": event, "more_body": not last})
                 if deadline:
                     observe(clock() - deadline)
@@ -83,6 +90,10 @@ class EventStream(Response):
         finally:
             watcher.cancel()
             self.on_close()
+            if not started:  # aborted before the first token: close the response properly
+                with contextlib.suppress(OSError, RuntimeError):
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _watch(self, receive: Receive) -> None:
         while True:
@@ -208,8 +219,8 @@ def stamped_protocol() -> type:
     """uvicorn's HTTP protocol (httptools when installed, else h11), stamping arrival times.
 
     Under a burst of requests the handler of the last one runs only after the others'; stamping
-    each new request's scope in ``data_received`` (loop clock) lets TTFT count from when the
-    bytes arrived, as on a real server.
+    each new request's scope with the time the loop's poll returned (``clock.ready_at``, the
+    loop's own clock) lets TTFT count from when the bytes arrived, as on a real server.
     """
     base: Any
     try:
@@ -223,7 +234,7 @@ def stamped_protocol() -> type:
 
     class StampedProtocol(base):  # type: ignore[misc]
         def data_received(self, data: bytes) -> None:
-            t = self.loop.time()
+            t = ready_at() or self.loop.time()
             before = getattr(self, "scope", None)
             super().data_received(data)
             scope = getattr(self, "scope", None)

@@ -108,6 +108,7 @@ def serve(cfg: SimConfig) -> int:
     from prometheus_client import disable_created_metrics
 
     from qwen_npu.serve.sim.app import RawSend, create_app, stamped_protocol
+    from qwen_npu.serve.sim.clock import new_loop
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # SGLang's multiprocess exposition has no *_created series
     config = uvicorn.Config(
@@ -132,7 +133,9 @@ def serve(cfg: SimConfig) -> int:
         cfg.port,
     )
     try:
-        asyncio.run(server.serve())
+        # The loop polls through clock.StampingSelector: arrivals are stamped at the poll.
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(server.serve())
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled after a clean shutdown
         log.info("event=stopped reason=SIGINT")
         return 0

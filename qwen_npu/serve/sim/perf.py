@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import os
-import selectors
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.serve.sim.clock import new_loop, ready_at
 from qwen_npu.serve.sim.testing import running_sim, running_sim_process
 
 
@@ -44,22 +44,6 @@ class Result:
     tokens: int = 0
     requests: int = 0
     errors: int = 0
-
-
-_READY_AT = [0.0]  # when the client's last epoll returned: the bytes' arrival at the client
-
-
-class _StampingSelector(selectors.DefaultSelector):
-    """The default selector, noting when each poll returned.
-
-    A burst of events is handled one connection after another; stamping them with the poll's
-    return time keeps the client's own processing queue out of the server's figures.
-    """
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        ready: list[tuple[selectors.SelectorKey, int]] = super().select(timeout)
-        _READY_AT[0] = time.perf_counter()
-        return ready
 
 
 class _StreamClient(asyncio.Protocol):
@@ -98,12 +82,12 @@ class _StreamClient(asyncio.Protocol):
         self.seen = 0
         self.first = True
         self.done = asyncio.get_running_loop().create_future()
-        self.t0 = self.last = time.perf_counter()
+        self.t0 = self.last = time.monotonic()
         self.transport.write(head_body)
         return self.done
 
     def data_received(self, data: bytes) -> None:
-        now = _READY_AT[0] or time.perf_counter()
+        now = ready_at() or time.monotonic()
         buf = self.buf + data
         pos = 0
         if not self.in_body:
@@ -191,7 +175,7 @@ async def _run(url: str, conc: int, num: int, prompt_len: int, out_len: int) -> 
 
 def measure(url: str, conc: int, num: int, prompt_len: int, out_len: int) -> tuple[Result, float]:
     t0 = time.perf_counter()
-    loop = asyncio.SelectorEventLoop(_StampingSelector())
+    loop = new_loop()
     try:
         res = loop.run_until_complete(_run(url, conc, num, prompt_len, out_len))
     finally:

@@ -32,7 +32,12 @@ from qwen_npu.serve.sidecar.config import Settings
 from qwen_npu.serve.sidecar.engine import EngineClient, EngineError
 from qwen_npu.serve.sidecar.health import HealthTracker, Outcome, classify
 from qwen_npu.serve.sidecar.logs import RateLimiter, log
-from qwen_npu.serve.sidecar.spec_window import MetricsFormatError, SpecWindow, parse_spec_counters
+from qwen_npu.serve.sidecar.spec_window import (
+    MetricsFormatError,
+    SpecCounters,
+    SpecWindow,
+    parse_spec_counters,
+)
 
 HEALTH_PATH = "/health_generate"
 _SPEC_OFF = (None, "", "none", "NONE")
@@ -313,8 +318,9 @@ class Monitor:
         except EngineError as exc:
             self._count(exc, path)
             return
-        if counters is not None:
-            self.spec.add(self.clock(), counters)
+        # An engine that has not verified yet may export neither counter: that is zero, so the
+        # window starts now rather than at the first scrape after the first finished request.
+        self.spec.add(self.clock(), counters or SpecCounters(0.0, 0.0))
         self.stats.spec_accept_length = self.spec.accept_length()
         self.stats.spec_accept_rate = self.spec.accept_rate(self.stats.spec_num_draft_tokens)
 

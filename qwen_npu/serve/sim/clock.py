@@ -1,8 +1,8 @@
-"""When did the bytes arrive? A selector that notes when each poll of the event loop returned.
+"""When did the bytes arrive? A selector that estimates it at each poll of the event loop.
 
 A burst of readable sockets is handled one callback after another, after whatever the previous
-loop iteration left to run; stamping each with the time the poll returned keeps that queue out of
-the timings. The simulator stamps request arrivals with it (TTFT counts from there), and the perf
+loop iteration left to run; stamping each with the poll's estimate keeps that queue out of the
+timings. The simulator stamps request arrivals with it (TTFT counts from there), and the perf
 client stamps event arrivals with it. The clock is ``time.monotonic``, the event loop's clock.
 """
 
@@ -13,19 +13,35 @@ import selectors
 import time
 
 _READY_AT = [0.0]
+BLOCKED_S = 0.0002  # a poll that took longer than this waited for the bytes it reports
 
 
 class StampingSelector(selectors.DefaultSelector):
-    """The default selector, noting when each poll returned."""
+    """The default selector, estimating when the bytes it reports arrived.
+
+    A poll that blocked was woken by them: they arrived when it returned. A poll that returned at
+    once reports bytes that arrived while the loop was busy, between the previous poll's return
+    and this call: the estimate is the middle of that interval.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prev_return = time.monotonic()
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        called = time.monotonic()
         ready: list[tuple[selectors.SelectorKey, int]] = super().select(timeout)
-        _READY_AT[0] = time.monotonic()
+        returned = time.monotonic()
+        if returned - called > BLOCKED_S:
+            _READY_AT[0] = returned
+        else:
+            _READY_AT[0] = (self._prev_return + called) / 2
+        self._prev_return = returned
         return ready
 
 
 def ready_at() -> float:
-    """When the current loop iteration's poll returned (0.0 before the first poll)."""
+    """The estimated arrival of what the current loop iteration's poll reported (0.0 before)."""
     return _READY_AT[0]
 
 

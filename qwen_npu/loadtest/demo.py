@@ -37,6 +37,8 @@ def say(msg: str) -> None:
 
 def port_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the servers do (uvicorn): connections of a previous run in TIME_WAIT do not block it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -153,9 +155,9 @@ def run(args: argparse.Namespace) -> int:
             [py, "-m", "qwen_npu", "sidecar", "--engine-url", engine, "--host", "127.0.0.1",
              "--port", str(sidecar_port), "--state-dir", str(out / "state")],
             out / "sidecar.log",
-            # A short run: read the engine's counters every 2 s (default 15 s) so the sidecar's
-            # windowed acceptance length has samples to show by the end of the bench.
-            env={"QWEN_NPU_INFO_INTERVAL_S": "2"},
+            # A short run: read the engine's counters every 2 s (default 15 s) and run the output
+            # canary every 10 s (default 60 s), so the sidecar has something to show at the end.
+            env={"QWEN_NPU_INFO_INTERVAL_S": "2", "QWEN_NPU_CANARY_INTERVAL_S": "10"},
         )  # fmt: skip
         sidecar_up = wait_for(f"{sidecar}/livez", 30, side)
         if not sidecar_up:

@@ -171,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
              "--num-prompts", str(args.num_prompts), "--output", str(out / "bench.jsonl")],
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        say("4/4 where to look now (the servers stop when this demo ends):")
+        keep = "" if args.hold_s > 0 else "; make demo DEMO_HOLD=300 keeps them up 5 more minutes"
+        say(f"4/4 where to look (the servers stop when this demo ends{keep}):")
         print(f"  engine (simulated) metrics: {engine}/metrics  (sglang:* names)")
         if sidecar_up:
             print(f"  sidecar metrics:            {sidecar}/metrics  (qwen_npu_* names)")

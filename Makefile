@@ -34,7 +34,7 @@ help: ## list the verbs
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}' | sort -u
 
-setup: $(STAMP) ## build .venv (CPU torch, SGLang $(SGLANG_VERSION) modules, qwen-npu with all extras)
+setup: $(STAMP) ## build .venv (CPU torch, the pinned SGLang modules, qwen-npu with all extras)
 
 $(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
 	@echo ">> creating $(VENV) with $(PYTHON) ($$($(PYTHON) --version))"

@@ -25,7 +25,7 @@ chart-package: $(STAMP) ## package the chart to out/chart/
 chart-schema: $(STAMP) ## regenerate the chart's values.schema.json from values.yaml
 	$(BIN)/python $(CHART_DIR)/hack/gen_schema.py
 
-checkov-venv: $(CHECKOV_STAMP) ## install checkov==$(CHECKOV_VERSION) in its own venv (.venv-checkov)
+checkov-venv: $(CHECKOV_STAMP) ## install the pinned checkov in its own venv (.venv-checkov)
 
 $(CHECKOV_STAMP):
 	@echo ">> creating $(CHECKOV_VENV) with checkov==$(CHECKOV_VERSION)"

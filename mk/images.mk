@@ -90,7 +90,7 @@ TEST_DEPS += images-wheelhouse tools-shellcheck
 
 # The sidecar environment's size and start time, measured here (no Docker): out/perf/images.md.
 .PHONY: perf-images
-perf-images: images-wheelhouse
+perf-images: images-wheelhouse ## the sidecar image environment: size and start time (out/perf/images.md)
 	@mkdir -p $(OUT)/perf
 	$(BIN)/python tests/docker/perf_sidecar_env.py --out $(OUT)/perf/images.md
 

@@ -8,7 +8,7 @@ SIM_ARGS ?=
 
 .PHONY: sim sim-profiles perf-sim
 
-sim: $(STAMP) ## run the simulator in the foreground (PROFILE=$(PROFILE), SIM_PORT=30000, SIM_ARGS=...)
+sim: $(STAMP) ## run the simulator in the foreground (PROFILE=<name>, SIM_PORT=30000, SIM_ARGS=...)
 	$(BIN)/qwen-npu sim --profile $(PROFILE) --port $(SIM_PORT) $(SIM_ARGS)
 
 sim-profiles: $(STAMP) ## list the simulator's latency profiles

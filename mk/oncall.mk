@@ -42,6 +42,10 @@ PATCH_NAMES = $(shell $(ONCALL_PYTHON) -c "import sys; sys.path.insert(0, '.'); 
 ONCALL_SH = set -euo pipefail; run() { local a q out="+"; for a in "$$@"; do \
 	if [[ "$$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$$ ]]; then out+=" $$a"; \
 	else q="$${a//\'/\'\\\'\'}"; out+=" '$$q'"; fi; done; echo "$$out"; "$$@"; };
+# Both tools first, so a machine without them gets one line, not "command not found" mid-switch.
+ONCALL_SH += need() { command -v "$$1" >/dev/null 2>&1 || { echo "make $@: $$2=$$1 is not found \
+	or not executable; install $$3 or set $$2=/path/to/$$3 (docs/runbook.md)"; exit 127; }; }; \
+	need $(firstword $(HELM)) HELM helm; need $(firstword $(KUBECTL)) KUBECTL kubectl;
 KNS = $(KUBECTL) --namespace $(NAMESPACE)
 # Runs in the sidecar container (its image has Python, no curl): GET one sidecar path, print the
 # status code and body, exit non-zero unless 200. One line, no traceback.
@@ -72,45 +76,54 @@ define check_patch
 endef
 
 # The release's patches.disabled list with PATCH added (add) or removed (remove), as JSON.
-DISABLED_PY = import json, sys; v = json.load(sys.stdin) or {}; cur = list((v.get("patches") or {}).get("disabled") or []); op, p = sys.argv[1:3]; new = (cur + [p] if p not in cur else cur) if op == "add" else [x for x in cur if x != p]; print(json.dumps(new, separators=(",", ":")))
+DISABLED_PY = import json, sys; sys.excepthook = lambda t, e, b: print("helm get values did not print JSON:", e, file=sys.stderr); v = json.load(sys.stdin) or {}; cur = list((v.get("patches") or {}).get("disabled") or []); op, p = sys.argv[1:3]; new = (cur + [p] if p not in cur else cur) if op == "add" else [x for x in cur if x != p]; print(json.dumps(new, separators=(",", ":")))
 disabled_list = $$($(HELM) get values $(RELEASE) --namespace $(NAMESPACE) --output json | $(ONCALL_PYTHON) -c '$(DISABLED_PY)' $(1) $(PATCH))
 
 .PHONY: mtp-off mtp-on patch-off patch-on rollback status
 
 mtp-off: ## on-call: turn MTP speculative decoding off (first lever for garbled output)
 	@$(ONCALL_SH) \
-	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set mtp.enabled=false; \
+	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set mtp.enabled=false \
+	|| { echo "$@: helm upgrade failed (its error is above); next: make status"; exit 1; }; \
 	$(ONCALL_WAIT)
 
 mtp-on: ## on-call: turn MTP speculative decoding back on
 	@$(ONCALL_SH) \
-	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set mtp.enabled=true; \
+	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set mtp.enabled=true \
+	|| { echo "$@: helm upgrade failed (its error is above); next: make status"; exit 1; }; \
 	$(ONCALL_WAIT)
 
 patch-off: ## on-call: switch one runtime patch off (PATCH=<name>)
 	$(check_patch)
 	@$(ONCALL_SH) \
-	disabled=$(call disabled_list,add); \
-	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set-json "patches.disabled=$$disabled"; \
+	disabled=$(call disabled_list,add) \
+	|| { echo "$@: cannot read the release's values (helm get values $(RELEASE) --namespace $(NAMESPACE)); next: make status"; exit 1; }; \
+	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set-json "patches.disabled=$$disabled" \
+	|| { echo "$@: helm upgrade failed (its error is above); next: make status"; exit 1; }; \
 	$(ONCALL_WAIT)
 
 patch-on: ## on-call: switch a runtime patch back on (PATCH=<name>)
 	$(check_patch)
 	@$(ONCALL_SH) \
-	disabled=$(call disabled_list,remove); \
-	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set-json "patches.disabled=$$disabled"; \
+	disabled=$(call disabled_list,remove) \
+	|| { echo "$@: cannot read the release's values (helm get values $(RELEASE) --namespace $(NAMESPACE)); next: make status"; exit 1; }; \
+	run $(HELM) upgrade $(RELEASE) $(CHART) --namespace $(NAMESPACE) $(VALUES_MODE) --set-json "patches.disabled=$$disabled" \
+	|| { echo "$@: helm upgrade failed (its error is above); next: make status"; exit 1; }; \
 	$(ONCALL_WAIT)
 
 rollback: ## on-call: helm rollback [REVISION=n] (default: previous), then wait until healthy
 	@case "$(REVISION)" in ""|*[!0-9]*) [ -z "$(REVISION)" ] || { echo "make $@: REVISION=$(REVISION) is not a revision number; see the REVISION column of: make status"; exit 2; };; esac
 	@$(ONCALL_SH) \
-	run $(HELM) history $(RELEASE) --namespace $(NAMESPACE) --max 10; \
-	run $(HELM) rollback $(RELEASE) $(REVISION) --namespace $(NAMESPACE); \
+	run $(HELM) history $(RELEASE) --namespace $(NAMESPACE) --max 10 \
+	|| { echo "$@: helm cannot read release $(RELEASE) in $(NAMESPACE) (its error is above); next: check RELEASE=, NAMESPACE= and kubectl config current-context"; exit 1; }; \
+	run $(HELM) rollback $(RELEASE) $(REVISION) --namespace $(NAMESPACE) \
+	|| { echo "$@: helm rollback failed (its error is above); next: make status"; exit 1; }; \
 	$(ONCALL_WAIT)
 
 status: ## on-call: release history, values, pods and the sidecar's /status
 	@$(ONCALL_SH) \
-	run $(HELM) history $(RELEASE) --namespace $(NAMESPACE) --max 10; \
+	run $(HELM) history $(RELEASE) --namespace $(NAMESPACE) --max 10 \
+	|| { echo "$@: helm cannot read release $(RELEASE) in $(NAMESPACE) (its error is above); next: check RELEASE=, NAMESPACE= and kubectl config current-context"; exit 1; }; \
 	run $(HELM) get values $(RELEASE) --namespace $(NAMESPACE); \
 	run $(KNS) get pods --selector app.kubernetes.io/instance=$(RELEASE) --output wide; \
 	pod=$$($(KNS) get pod --selector $(SERVING_SELECTOR) -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true); \

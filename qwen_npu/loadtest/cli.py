@@ -11,7 +11,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from qwen_npu.loadtest.backends import BACKEND_MAPPING
 from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
@@ -34,9 +34,16 @@ from qwen_npu.loadtest.report import (
 )
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad flag (``make bench CONC=abc``) is one line, not the usage block: that is --help's."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}; see: {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = BenchConfig()
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="qwen-npu bench",
         description="Locust load test with sglang.benchmark.serving's dataset and metrics.",
     )
@@ -163,6 +170,11 @@ def main(argv: list[str]) -> int:
         config = config_from_args(args)
         concs = _concurrencies(args)
         thresholds = parse_thresholds(args.threshold)
+        if args.baseline and not Path(args.baseline).is_file():
+            raise ValueError(
+                f"BASELINE={args.baseline}: no such file; pass a JSONL an earlier bench wrote "
+                "(OUTPUT=, default out/bench/bench.jsonl) or leave BASELINE unset"
+            )
         baseline_records = read_jsonl(args.baseline) if args.baseline else None
     except (ValueError, DatasetError, OSError) as exc:
         print(f"qwen-npu bench: {exc}", file=sys.stderr)

@@ -62,11 +62,17 @@ def wait_ready(config: BenchConfig) -> None:
     deadline = time.monotonic() + config.ready_timeout_s
     url = config.target.rstrip("/") + "/v1/models"
     last = ""
+    say(f"bench waiting=target url={url} timeout_s={config.ready_timeout_s:.0f}")
     while time.monotonic() < deadline:
         try:
             resp = requests.get(url, timeout=5)
             if resp.status_code == 200:
                 return
+            if resp.status_code == 404:  # a server that is up but is not SGLang's root: no wait
+                raise TargetNotReady(
+                    f"bench: target={config.target} answers HTTP 404 to GET /v1/models: it is "
+                    "not an SGLang server's base URL; pass TARGET=http://<host>:<port> (no path)"
+                )
             last = f"HTTP {resp.status_code}"
         except requests.RequestException as exc:
             last = type(exc).__name__

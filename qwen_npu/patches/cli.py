@@ -99,13 +99,25 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     finally:
         logger.setLevel(level)
     bad = [r for r in rows if r["state"] not in OK_STATES]
+    _, unknown = disabled_patches(os.environ)
+    if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
+        known = ", ".join(p.name for p in PATCHES)
+        print(
+            f"{ENV_DISABLE}: unknown patch name(s) {', '.join(unknown)}; "
+            f"use 'all' or one of: {known} (chart value patches.disabled)",
+            file=sys.stderr,
+        )
     if args.json:
-        print(json.dumps({"ok": not bad, "strict": args.strict, "patches": rows}, indent=2))
+        print(
+            json.dumps(
+                {"ok": not (bad or unknown), "strict": args.strict, "patches": rows}, indent=2
+            )
+        )
     else:
         _print_table(rows)
         for r in bad:
             print(f"{r['name']}: {r['state']}: next: {core.NEXT_STEP[r['state']]}", file=sys.stderr)
-    return 1 if (args.strict and bad) else 0
+    return 1 if (args.strict and (bad or unknown)) else 0
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

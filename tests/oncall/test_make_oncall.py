@@ -273,3 +273,55 @@ def test_a_failing_step_stops_with_the_next_step(
     if message:
         assert message in done.stdout
     assert last in calls(env)[-1]
+
+
+@pytest.mark.parametrize("target", ["mtp-off", "patch-off PATCH=mtp-modelslim-unquant", "status"])
+@pytest.mark.parametrize(("tool", "var"), [("helm", "HELM"), ("kubectl", "KUBECTL")])
+def test_a_missing_tool_is_one_line_before_any_call(
+    repo: Path, env: dict[str, str], target: str, tool: str, var: str
+) -> None:
+    done = make(repo, env, *target.split(), f"{var}=/nonexistent/{tool}")
+    assert done.returncode != 0
+    name = target.split()[0]
+    assert done.stdout.strip() == (
+        f"make {name}: {var}=/nonexistent/{tool} is not found or not executable; "
+        f"install {tool} or set {var}=/path/to/{tool} (docs/runbook.md)"
+    )
+    assert calls(env) == []
+
+
+@pytest.mark.parametrize(
+    ("target", "failing", "message"),
+    [
+        ("status", "helm history", "status: helm cannot read release qwen-npu in default"),
+        ("rollback", "helm history", "rollback: helm cannot read release qwen-npu in default"),
+        ("rollback", "helm rollback", "rollback: helm rollback failed (its error is above)"),
+        ("mtp-on", "helm upgrade", "mtp-on: helm upgrade failed (its error is above)"),
+        ("patch-on", "helm get values", "patch-on: cannot read the release's values"),
+    ],
+)
+def test_a_failing_helm_says_what_failed_and_the_next_step(
+    repo: Path, env: dict[str, str], target: str, failing: str, message: str
+) -> None:
+    args = [target, "PATCH=mtp-modelslim-unquant"] if target.startswith("patch") else [target]
+    done = make(repo, env | {"ONCALL_FAIL": failing}, *args)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stdout.splitlines() if not line.startswith("+ ")]
+    assert len(said) == 1 and said[0].startswith(message) and "; next: " in said[0]
+    assert failing in " ".join(calls(env)[-1])  # nothing ran after the failing step
+
+
+def test_values_that_are_not_json_stop_patch_off_without_a_traceback(
+    repo: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    values = tmp_path / "values.txt"
+    values.write_text("Error: this is not JSON\n")
+    done = make(
+        repo, env | {"HELM_VALUES_FILE": str(values)}, "patch-off", "PATCH=mtp-modelslim-unquant"
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[0].startswith("helm get values did not print JSON: ")
+    assert done.stdout.splitlines()[-1].startswith("patch-off: cannot read the release's values")
+    assert not any(c[:2] == ["helm", "upgrade"] for c in calls(env))

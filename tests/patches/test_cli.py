@@ -49,6 +49,23 @@ def test_verify_strict_fails_on_a_disabled_patch(
     assert run(capsys, "verify")[0] == 0  # without --strict it only reports
 
 
+def test_verify_strict_fails_on_a_misspelt_kill_switch(
+    targets: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("QWEN_NPU_DISABLE_PATCHES", "mtp-modelslim-unqant")
+    code, out, err = run(capsys, "verify", "--strict")
+    assert code == 1  # the typo switched nothing off: strict must not pass it
+    assert "mtp-modelslim-unquant           applied" in out
+    assert (
+        "QWEN_NPU_DISABLE_PATCHES: unknown patch name(s) mtp-modelslim-unqant; use 'all' or one "
+        "of: " + ", ".join(p.name for p in PATCHES) + " (chart value patches.disabled)"
+    ) in err.splitlines()
+    code, out, _ = run(capsys, "verify", "--strict", "--json")
+    assert code == 1 and json.loads(out)["ok"] is False
+    monkeypatch.setenv("QWEN_NPU_DISABLE_PATCHES", "all")
+    assert run(capsys, "verify")[2].count("unknown patch name") == 0
+
+
 def test_verify_reports_a_target_that_does_not_import(
     targets: None, fresh: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -201,3 +202,46 @@ def test_uvicorn_protocol_stamps_arrival_and_prefers_httptools() -> None:
     want = "HttpToolsProtocol" if importlib.util.find_spec("httptools") else "H11Protocol"
     assert base == want
     assert "data_received" in proto.__dict__
+
+
+def test_a_port_in_use_is_one_line_before_any_ready_log() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "qwen_npu",
+                "sim",
+                "--port",
+                str(port),
+                "--profile",
+                "fast-test",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "event=ready" not in done.stderr and "event=listening" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "level=ERROR" in line]
+    assert len(errors) == 1
+    assert f"port={port}" in errors[0] and "pick a free --port" in errors[0]
+
+
+def test_an_unknown_profile_lists_the_known_ones_and_points_files_to_config(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["--profile", "nosuch"]) == 2
+    known = ", ".join(list_profiles())
+    assert capsys.readouterr().err == (
+        f"qwen-npu sim: profile 'nosuch': not found; use one of: {known}\n"
+    )
+    assert cli.main(["--profile", "./mine.yaml"]) == 2
+    assert capsys.readouterr().err == (
+        f"qwen-npu sim: profile './mine.yaml': not found; use one of: {known}; "
+        "a YAML file of your own goes to --config\n"
+    )

@@ -65,9 +65,18 @@ def serve(settings: Settings) -> int:
     import uvicorn
     from prometheus_client import disable_created_metrics
 
+    from qwen_npu.serve.ports import cannot_listen
     from qwen_npu.serve.sidecar import logs
     from qwen_npu.serve.sidecar.main import create_app
 
+    busy = cannot_listen(settings.sidecar_host, settings.sidecar_port)
+    if busy:
+        print(
+            f"qwen-npu sidecar: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
+            f"({busy}); pick a free port with --port / QWEN_NPU_SIDECAR_PORT",
+            file=sys.stderr,
+        )
+        return 2
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: half the page, nothing anyone queries
     logs.setup(settings.log_level)
     try:

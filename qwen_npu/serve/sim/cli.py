@@ -14,6 +14,7 @@ import logging
 import sys
 from typing import Any
 
+from qwen_npu.serve.ports import cannot_listen
 from qwen_npu.serve.sim.config import (
     FIELDS,
     ConfigError,
@@ -125,6 +126,16 @@ def serve(cfg: SimConfig) -> int:
     )
     server = uvicorn.Server(config)
     log = logging.getLogger("qwen_npu.sim")
+    busy = cannot_listen(cfg.host, cfg.port)
+    if busy:
+        log.error(
+            "event=cannot_listen host=%s port=%d error=%r "
+            "next='pick a free --port or check --host'",
+            cfg.host,
+            cfg.port,
+            busy,
+        )
+        return 1
     log.info(
         "event=listening url=http://%s:%d next='curl http://%s:%d/health'",
         cfg.host,
@@ -141,6 +152,9 @@ def serve(cfg: SimConfig) -> int:
         return 0
     except OSError as exc:
         log.error("event=cannot_listen error=%r next='pick a free --port'", str(exc))
+        return 1
+    except SystemExit:  # uvicorn exits (code 3) when the bind fails after all; it logged why
+        log.error("event=cannot_listen next='pick a free --port or check --host'")
         return 1
     if not server.started:
         log.error("event=cannot_listen next='pick a free --port or check --host'")

@@ -259,7 +259,10 @@ def profile_path(name: str) -> Path:
     path = PROFILES_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(list_profiles()) or "none"
-        raise ConfigError(f"profile {name!r}: not found; use one of: {known}")
+        hint = (
+            "; a YAML file of your own goes to --config" if name.endswith((".yaml", ".yml")) else ""
+        )
+        raise ConfigError(f"profile {name!r}: not found; use one of: {known}{hint}")
     return path
 
 

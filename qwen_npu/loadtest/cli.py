@@ -11,8 +11,9 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.loadtest.backends import BACKEND_MAPPING
 from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
 from qwen_npu.loadtest.config import DEFAULT_TARGET, BenchConfig
@@ -34,16 +35,9 @@ from qwen_npu.loadtest.report import (
 )
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """A bad flag (``make bench CONC=abc``) is one line, not the usage block: that is --help's."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}; see: {self.prog} --help\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     d = BenchConfig()
-    p = _OneLineParser(
+    p = OneLineParser(
         prog="qwen-npu bench",
         description="Locust load test with sglang.benchmark.serving's dataset and metrics.",
     )

@@ -18,6 +18,7 @@ import textwrap
 import warnings
 from typing import Any
 
+from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.patches import core, hook, state
 from qwen_npu.patches.log import get_logger
 from qwen_npu.patches.registry import (
@@ -148,7 +149,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qwen-npu patches",
         description="List, verify and explain qwen-npu's runtime patches for SGLang.",
     )

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from qwen_npu.cli_parser import OneLineParser
+
 #: Ascend 910B unified buffer per vector core: 192 KiB.
 DEFAULT_UB_BYTES = 196_608
 #: The compiler's multi-buffer pass keeps two copies of a tile.
@@ -144,7 +146,7 @@ def plan(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qwen-npu ub-plan",
         description="Plan the mamba scatter's h_block_size so its tile fits the Ascend UB.",
     )

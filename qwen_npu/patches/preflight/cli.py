@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.patches.model_config import SSM_DTYPES
 from qwen_npu.patches.preflight.checkpoint import InputError
 from qwen_npu.patches.preflight.report import SCHEMA_VERSION, Options, run_preflight
@@ -47,7 +48,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="Check a ModelSlim Qwen3.5/3.6 checkpoint before a long SGLang model load: "
         "config, quantization description, weight index, tokenizer, TP, UB plan, memory. "

@@ -12,12 +12,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from qwen_npu.cli_parser import OneLineParser
+
 DEFAULT_OUT = Path("helm/qwen-npu/files")
 DEFAULT_CHART = Path("helm/qwen-npu")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qwen-npu dashboards",
         description="Generate the Grafana dashboards (JSON) and Prometheus alert rules (YAML) "
         "that the chart ships under helm/qwen-npu/files/.",

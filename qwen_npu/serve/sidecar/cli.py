@@ -10,12 +10,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.serve.sidecar.config import Settings, SettingsError, load_settings
 
 
 def _parser() -> argparse.ArgumentParser:
     fields = Settings.model_fields
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qwen-npu sidecar",
         description="Health probes and qwen_npu_* metrics beside an SGLang engine. Every flag "
         "also reads from its QWEN_NPU_* environment variable; flags win. See docs/sidecar.md.",

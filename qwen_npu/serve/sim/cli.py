@@ -14,6 +14,7 @@ import logging
 import sys
 from typing import Any
 
+from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.serve.ports import cannot_listen
 from qwen_npu.serve.sim.config import (
     FIELDS,
@@ -32,7 +33,7 @@ BANNER = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qwen-npu sim",
         description=BANNER + " Precedence: flags > QWEN_NPU_SIM_* env > --config > --profile "
         "> defaults. See docs/simulator.md.",

@@ -23,9 +23,10 @@ import hashlib
 import inspect
 import os
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from qwen_npu.patches import state as state_file
 from qwen_npu.patches.log import log
@@ -219,3 +220,33 @@ def run(
     except Exception as exc:
         return record(info, "drifted", f"rebinding failed: {type(exc).__name__}: {exc}")
     return record(info, "applied", detail + probe_note)
+
+
+class Once(Generic[T]):
+    """A patch's once-per-process guard: the first ``apply()`` runs the steps, later calls return
+    that first outcome; ``forget()`` (under ``lock``, from a patch's ``revert()``) starts over."""
+
+    def __init__(
+        self,
+        info: PatchInfo,
+        *,
+        load: Callable[[], T],
+        probe: Callable[[T], Probe],
+        check: Callable[[T], str | None],
+        rebind: Callable[[T], str],
+    ) -> None:
+        self.info = info
+        self.lock = threading.Lock()
+        self._steps = (load, probe, check, rebind)
+        self._outcome: Outcome | None = None
+
+    def apply(self) -> Outcome:
+        load, probe, check, rebind = self._steps
+        with self.lock:
+            if self._outcome is None:
+                self._outcome = run(self.info, load=load, probe=probe, check=check, rebind=rebind)
+            return self._outcome
+
+    def forget(self) -> None:
+        self._outcome = None
+        OUTCOMES.pop(self.info.name, None)

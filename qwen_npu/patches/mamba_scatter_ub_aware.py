@@ -27,7 +27,6 @@ for the transposed-state mover fix; this patch does not cover that.
 from __future__ import annotations
 
 import sys
-import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -53,8 +52,6 @@ PINNED_PARAMS = (
     "req_pool_indices",
 )
 PINNED_FINGERPRINT = "8b16165f80d4bac2736e4ea83b35abe7e120b760010beb2caf4f904c9d38db59"
-_lock = threading.Lock()
-_outcome: core.Outcome | None = None
 _original: Any = None
 #: (H, V, K, dtype) -> planned h_block_size, or None when no plan is possible (unknown dtype).
 _plans: dict[tuple[Any, ...], int | None] = {}
@@ -183,13 +180,12 @@ def _rebind(module: Any) -> str:
     return f"{KERNEL} in {CALLER_CLASS}'s module wrapped: h_block_size planned from the UB budget"
 
 
+_once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
+
+
 def apply() -> core.Outcome:
     """Apply once per process (later calls return the first outcome)."""
-    global _outcome
-    with _lock:
-        if _outcome is None:
-            _outcome = core.run(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-        return _outcome
+    return _once.apply()
 
 
 def active() -> bool:
@@ -200,12 +196,12 @@ def active() -> bool:
 
 def revert() -> None:
     """Put SGLang's kernel reference back and forget the outcome and plans (tests, debugging)."""
-    global _outcome, _original
-    with _lock:
+    global _original
+    with _once.lock:
         module = sys.modules.get(BACKEND_MODULE)
         if _original is not None and module is not None:
             setattr(module, KERNEL, _original)
         _original = None
-        _outcome = None
+        _once.forget()
         _plans.clear()
         core.OUTCOMES.pop(INFO.name, None)

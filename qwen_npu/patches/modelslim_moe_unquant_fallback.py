@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from typing import Any
 
 from qwen_npu.patches import core
@@ -51,8 +50,6 @@ PINNED: dict[str, tuple[tuple[str, ...], str]] = {
     ),
 }
 
-_lock = threading.Lock()
-_outcome: core.Outcome | None = None
 _original: Any = None
 _fused_moe_cls: Any = None
 _logged_prefixes: set[str] = set()
@@ -132,13 +129,12 @@ def _rebind(t: _Targets) -> str:
     return "ModelSlimConfig.get_quant_method wrapped: all-FLOAT FusedMoE layers load unquantized"
 
 
+_once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
+
+
 def apply() -> core.Outcome:
     """Apply once per process (later calls return the first outcome)."""
-    global _outcome
-    with _lock:
-        if _outcome is None:
-            _outcome = core.run(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-        return _outcome
+    return _once.apply()
 
 
 def active() -> bool:
@@ -150,10 +146,9 @@ def active() -> bool:
 
 def revert() -> None:
     """Put SGLang's method back and forget the outcome (tests and debugging)."""
-    global _outcome, _original
-    with _lock:
+    global _original
+    with _once.lock:
         if _original is not None:
             sys.modules[MODELSLIM_MODULE].ModelSlimConfig.get_quant_method = _original
         _original = None
-        _outcome = None
-        core.OUTCOMES.pop(INFO.name, None)
+        _once.forget()

@@ -27,7 +27,6 @@ reports ``upstream-fixed`` and can be deleted with its registry entry and tests.
 from __future__ import annotations
 
 import sys
-import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,8 +47,6 @@ MODELSLIM_MODULE = "sglang.srt.layers.quantization.modelslim.modelslim"
 PINNED_PARAMS = ("quant_config",)
 PINNED_FINGERPRINT = "d5e28bb5b95b649ae3d4164eeecb5e8a8fa35ca408dc6681ab044f352602d761"
 
-_lock = threading.Lock()
-_outcome: core.Outcome | None = None
 _original: Any = None
 _logged = False
 
@@ -148,13 +145,12 @@ def _rebind(module: Any) -> str:
     return f"{FUNCTION} wrapped: an all-FLOAT ModelSlim MTP is built without quant config{suffix}"
 
 
+_once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
+
+
 def apply() -> core.Outcome:
     """Apply once per process (later calls return the first outcome)."""
-    global _outcome
-    with _lock:
-        if _outcome is None:
-            _outcome = core.run(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-        return _outcome
+    return _once.apply()
 
 
 def active() -> bool:
@@ -165,8 +161,8 @@ def active() -> bool:
 
 def revert() -> None:
     """Put SGLang's function back and forget the outcome (tests and debugging)."""
-    global _outcome, _original
-    with _lock:
+    global _original
+    with _once.lock:
         if _original is not None:
             for name in (MTP_MODULE, *BY_NAME_IMPORTERS):
                 module = sys.modules.get(name)
@@ -175,5 +171,4 @@ def revert() -> None:
                 ):
                     setattr(module, FUNCTION, _original)
         _original = None
-        _outcome = None
-        core.OUTCOMES.pop(INFO.name, None)
+        _once.forget()

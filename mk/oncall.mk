@@ -124,8 +124,11 @@ status: ## on-call: release history, values, pods and the sidecar's /status
 	@$(ONCALL_SH) \
 	run $(HELM) history $(RELEASE) --namespace $(NAMESPACE) --max 10 \
 	|| { echo "$@: helm cannot read release $(RELEASE) in $(NAMESPACE) (its error is above); next: check RELEASE=, NAMESPACE= and kubectl config current-context"; exit 1; }; \
-	run $(HELM) get values $(RELEASE) --namespace $(NAMESPACE); \
-	run $(KNS) get pods --selector app.kubernetes.io/instance=$(RELEASE) --output wide; \
+	run $(HELM) get values $(RELEASE) --namespace $(NAMESPACE) \
+	|| { echo "$@: helm get values failed (its error is above); next: helm get values $(RELEASE) --namespace $(NAMESPACE) --all"; exit 1; }; \
+	run $(KNS) get pods --selector app.kubernetes.io/instance=$(RELEASE) --output wide \
+	|| { echo "$@: kubectl cannot list pods in $(NAMESPACE) (its error is above); next: kubectl auth can-i list pods --namespace $(NAMESPACE)"; exit 1; }; \
 	pod=$$($(KNS) get pod --selector $(SERVING_SELECTOR) -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true); \
-	if [ -z "$$pod" ]; then echo "status: no serving engine pod of release $(RELEASE) in $(NAMESPACE)"; exit 1; fi; \
-	run $(KNS) exec "$$pod" -c sidecar -- python3 -c "$(STATUS_PY)"
+	if [ -z "$$pod" ]; then echo "$@: no serving engine pod of release $(RELEASE) in $(NAMESPACE); next: kubectl --namespace $(NAMESPACE) get events --sort-by=.lastTimestamp"; exit 1; fi; \
+	run $(KNS) exec "$$pod" -c sidecar -- python3 -c "$(STATUS_PY)" \
+	|| { echo "$@: the sidecar of $$pod did not answer /status (its error is above); next: kubectl --namespace $(NAMESPACE) logs $$pod -c sidecar --tail=50"; exit 1; }

@@ -32,7 +32,7 @@ if fail and fail in name + " " + words:
     sys.exit(1)
 if name == "helm" and args[:2] == ["get", "values"]:
     path = os.environ.get("HELM_VALUES_FILE", "")
-    sys.stdout.write(open(path).read() if path else "{}")
+    sys.stdout.write(open(path).read() if path else "{}\\n")
 elif name == "kubectl" and "get" in args and "pod" in args and "jsonpath" in words:
     sys.stdout.write(os.environ.get("ONCALL_POD", "qwen-npu-engine-7d9f-abcde"))
 elif name == "kubectl" and "exec" in args and os.environ.get("ONCALL_EXEC_LOCAL") == "1":

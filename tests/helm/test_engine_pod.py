@@ -449,3 +449,15 @@ def test_should_equal_preflight_builder_when_rendering_profile(profile: Path, mt
     model_dir = f"{model['mountPath']}/{model['path']}"
     rendered = chart_tool.engine_args(chart_tool.render_docs(values))
     assert rendered == recommended_args(model_dir, options)
+
+
+def test_should_run_the_sidecar_non_root_on_a_read_only_root_when_engine_runs(
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Issue 5: the sidecar runs as a non-root user with a read-only root file system."""
+    spec = chart_tool.engine_workload(rendered_scenarios["ci-default"])["spec"]["template"]["spec"]
+    sidecars = [c for c in spec["containers"] if c["name"] == "sidecar"]
+    assert len(sidecars) == 1, [c["name"] for c in spec["containers"]]
+    ctx = sidecars[0]["securityContext"]
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] != 0

@@ -261,3 +261,4 @@ def test_canary_golden_file(tmp_path: Path) -> None:
             what="golden mismatch",
         )
         assert metric(c, "qwen_npu_canary_golden_prefix_ratio") == pytest.approx(expected)
+        assert c.get("/status").json()["canary"]["last"]["golden_prefix_chars"] == 30

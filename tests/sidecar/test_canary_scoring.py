@@ -38,6 +38,14 @@ def test_golden_prefix_ratio() -> None:
     assert canary.golden_prefix_ratio("abcdef and more", "abcdef") == 1.0
 
 
+def test_golden_prefix_length() -> None:
+    assert canary.golden_prefix_chars("abcxyz", "abcdef") == 3
+    assert canary.golden_prefix_chars("abcdef and more", "abcdef") == 6
+    assert canary.golden_prefix_chars("xbc", "abc") == 0
+    assert canary.score("abcxyz", "abcdef").golden_prefix_chars == 3
+    assert canary.score("abcxyz").golden_prefix_chars is None
+
+
 @pytest.mark.parametrize(
     ("output", "golden", "expected"),
     [

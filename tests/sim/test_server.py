@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -50,7 +51,7 @@ def gen_body(n: int = 10, ids: list[int] | None = None, temperature: float = 0) 
 
 
 def test_native_stream_format(plain_sim: str, client: httpx.Client) -> None:
-    events, times, ttft = stream_generate(client, plain_sim, gen_body(10))
+    events, _times, ttft = stream_generate(client, plain_sim, gen_body(10))
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert len(chunks) == 10  # one event per token without speculation
@@ -65,8 +66,19 @@ def test_native_stream_format(plain_sim: str, client: httpx.Client) -> None:
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 10}
     assert chunks[0]["meta_info"]["finish_reason"] is None
     assert ttft >= 0.019  # ttft-ms 20
+
+
+def test_native_stream_paces_tokens(client: httpx.Client) -> None:
+    # Its own simulator with a 25 ms gap: on a loaded 2-core machine the client can be
+    # descheduled for a few ms and then reads several queued chunks at once, so a 4 ms gap
+    # (plain_sim) is not measurable from the client side; 25 ms is.
+    with running_sim(ttft_ms=20, itl_ms=25, seed=7) as url:
+        events, times, ttft = stream_generate(client, url, gen_body(10))
+    assert len(events) == 11 and events[-1] == "[DONE]"
+    assert ttft >= 0.019  # ttft-ms 20
     gaps = [b - a for a, b in itertools.pairwise(times[:-1])]
-    assert statistics.median(gaps) >= 0.003  # itl-ms 4
+    assert statistics.median(gaps) >= 0.020  # itl-ms 25
+    assert times[-2] >= 0.019 + 9 * 0.025  # the last token cannot come before ttft + 9 gaps
 
 
 def test_non_stream_and_text_input(plain_sim: str, client: httpx.Client) -> None:
@@ -213,14 +225,25 @@ def test_startup_delay_means_503_until_ready(client: httpx.Client) -> None:
 
 
 def _burst(url: str, n: int, body: dict[str, Any]) -> list[tuple[int, float]]:
-    def one(_: int) -> tuple[int, float]:
-        with httpx.Client(timeout=30) as c:
-            t0 = time.perf_counter()
-            r = c.post(url + "/generate", json=body)
-            return r.status_code, time.perf_counter() - t0
+    """n requests sent at the same moment: the clients are built (and connected) first and a
+    barrier releases them together, so a loaded machine does not spread the arrivals out."""
+    clients = [httpx.Client(timeout=30) for _ in range(n)]
+    for c in clients:
+        assert c.get(url + "/v1/models").status_code == 200  # open the connection now
+    barrier = threading.Barrier(n)
 
-    with ThreadPoolExecutor(n) as pool:
-        return list(pool.map(one, range(n)))
+    def one(c: httpx.Client) -> tuple[int, float]:
+        barrier.wait(timeout=30)
+        t0 = time.perf_counter()
+        r = c.post(url + "/generate", json=body)
+        return r.status_code, time.perf_counter() - t0
+
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            return list(pool.map(one, clients))
+    finally:
+        for c in clients:
+            c.close()
 
 
 def test_bounded_running_set_queues_and_ttft_grows_with_queue(client: httpx.Client) -> None:

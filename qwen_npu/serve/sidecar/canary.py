@@ -54,16 +54,21 @@ def longest_repeat(toks: list[str], max_period: int = MAX_PERIOD) -> int:
     return best
 
 
-def golden_prefix_ratio(output: str, golden: str) -> float:
-    """Matching characters from the start / golden length; 1.0 for an empty golden text."""
-    if not golden:
-        return 1.0
+def golden_prefix_chars(output: str, golden: str) -> int:
+    """How many characters of the output match the golden output from the start."""
     match = 0
     for a, b in zip(output, golden, strict=False):
         if a != b:
             break
         match += 1
-    return match / len(golden)
+    return match
+
+
+def golden_prefix_ratio(output: str, golden: str) -> float:
+    """Matching characters from the start / golden length; 1.0 for an empty golden text."""
+    if not golden:
+        return 1.0
+    return golden_prefix_chars(output, golden) / len(golden)
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class CanaryScore:
     degeneration_score: float
     longest_repeat_tokens: int
     golden_prefix_ratio: float | None
+    golden_prefix_chars: int | None = None
 
     def result(self, degeneration_max: float, golden_min_ratio: float) -> str:
         """``degenerated``, ``golden_mismatch`` or ``ok`` (the label of canary_runs_total)."""
@@ -89,4 +95,5 @@ def score(output: str, golden: str | None = None) -> CanaryScore:
         degeneration_score=degeneration_score(toks),
         longest_repeat_tokens=longest_repeat(toks),
         golden_prefix_ratio=None if golden is None else golden_prefix_ratio(output, golden),
+        golden_prefix_chars=None if golden is None else golden_prefix_chars(output, golden),
     )

@@ -384,6 +384,7 @@ class Monitor:
             "degeneration_score": round(result_score.degeneration_score, 4),
             "longest_repeat_tokens": result_score.longest_repeat_tokens,
             "golden_prefix_ratio": ratio,
+            "golden_prefix_chars": result_score.golden_prefix_chars,
             "output_head": text[:200],
         }
 

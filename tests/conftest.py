@@ -6,7 +6,9 @@ appended to sys.path, so a real installation always wins.
 
 from __future__ import annotations
 
+import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,12 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def versions() -> dict[str, str]:
     return read_versions()
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A 127.0.0.1 port held by a listening socket for the test's duration."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        yield int(busy.getsockname()[1])

@@ -85,21 +85,25 @@ def test_next_pow2() -> None:
     assert [next_pow2(n) for n in (1, 2, 3, 100, 128, 129)] == [1, 2, 4, 128, 128, 256]
 
 
+#: The contract's keys (docs/architecture.md); preflight's --json test reuses them.
+UB_PLAN_KEYS = {
+    "h_block_size",
+    "tile_bytes",
+    "buffered_bytes",
+    "ub_bytes",
+    "headroom_bytes",
+    "fits",
+    "plane_overflow",
+    "value_head_dim",
+    "key_head_dim",
+    "dtype",
+    "buffers",
+    "num_heads",
+}
+
+
 def test_as_dict_has_the_contract_keys() -> None:
-    assert set(plan(128, 128, "float32").as_dict()) == {
-        "h_block_size",
-        "tile_bytes",
-        "buffered_bytes",
-        "ub_bytes",
-        "headroom_bytes",
-        "fits",
-        "plane_overflow",
-        "value_head_dim",
-        "key_head_dim",
-        "dtype",
-        "buffers",
-        "num_heads",
-    }
+    assert set(plan(128, 128, "float32").as_dict()) == UB_PLAN_KEYS
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from patches.test_ub_plan import UB_PLAN_KEYS
+
 from preflight.conftest import RunCli
 
 TOP_KEYS = {
@@ -43,20 +45,6 @@ MEMORY_KEYS = {
     "headroom_bytes",
     "fits",
 }
-UB_KEYS = {
-    "h_block_size",
-    "tile_bytes",
-    "buffered_bytes",
-    "ub_bytes",
-    "headroom_bytes",
-    "fits",
-    "plane_overflow",
-    "value_head_dim",
-    "key_head_dim",
-    "dtype",
-    "buffers",
-    "num_heads",
-}
 
 
 def test_dispatcher_runs_the_verb_in_a_fresh_process(ckpt_35b: Path) -> None:
@@ -81,7 +69,7 @@ def test_json_keys_are_stable(ckpt_35b: Path, run_cli: RunCli) -> None:
     assert set(data) == TOP_KEYS
     assert data["schema_version"] == 1 and data["verdict"] == "ready_with_patches"
     assert set(data["memory"]) == MEMORY_KEYS
-    assert set(data["ub_plan"]) == UB_KEYS and data["ub_plan"]["h_block_size"] == 1
+    assert set(data["ub_plan"]) == UB_PLAN_KEYS and data["ub_plan"]["h_block_size"] == 1
     assert data["ub_plan"]["num_heads"] == 16
     assert set(data["tp"]) == {"tp", "source", "feasible", "candidates"}
     assert data["tp"]["feasible"] == [1, 2, 4, 8, 16]

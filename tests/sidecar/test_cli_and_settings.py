@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -168,28 +167,25 @@ def test_docs_name_every_setting_and_every_metric() -> None:
         assert f"| `{spec.name}` |" in docs, spec.name
 
 
-def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "qwen_npu",
-                "sidecar",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            cwd=tmp_path,
-            env={k: v for k, v in os.environ.items() if not k.startswith("QWEN_NPU_")},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path, busy_port: int) -> None:
+    port = busy_port
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qwen_npu",
+            "sidecar",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("QWEN_NPU_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == (
         f"qwen-npu sidecar: cannot listen on 127.0.0.1:{port} (Address already in use); "

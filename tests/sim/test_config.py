@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -204,26 +203,23 @@ def test_uvicorn_protocol_stamps_arrival_and_prefers_httptools() -> None:
     assert "data_received" in proto.__dict__
 
 
-def test_a_port_in_use_is_one_line_before_any_ready_log() -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "qwen_npu",
-                "sim",
-                "--port",
-                str(port),
-                "--profile",
-                "fast-test",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+def test_a_port_in_use_is_one_line_before_any_ready_log(busy_port: int) -> None:
+    port = busy_port
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qwen_npu",
+            "sim",
+            "--port",
+            str(port),
+            "--profile",
+            "fast-test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "event=ready" not in done.stderr and "event=listening" not in done.stderr

@@ -17,10 +17,10 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 .PHONY: chart chart-package chart-schema checkov checkov-venv
 
 chart: $(STAMP) ## lint the chart and render every profile and ci/ overlay to out/chart/
-	$(BIN)/python -m tests.helm.chart_tool render --out $(CHART_OUT)
+	$(BIN)/python -m tools.chart render --out $(CHART_OUT)
 
 chart-package: $(STAMP) ## package the chart to out/chart/
-	$(BIN)/python -m tests.helm.chart_tool package --out $(CHART_OUT)
+	$(BIN)/python -m tools.chart package --out $(CHART_OUT)
 
 chart-schema: $(STAMP) ## regenerate the chart's values.schema.json from values.yaml
 	$(BIN)/python $(CHART_DIR)/hack/gen_schema.py

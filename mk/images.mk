@@ -92,6 +92,6 @@ TEST_DEPS += images-wheelhouse tools-shellcheck
 .PHONY: perf-images
 perf-images: images-wheelhouse ## the sidecar image environment: size and start time (out/perf/images.md)
 	@mkdir -p $(OUT)/perf
-	$(BIN)/python tests/docker/perf_sidecar_env.py --out $(OUT)/perf/images.md
+	$(BIN)/python -m tools.perf.images --out $(OUT)/perf/images.md
 
 PERF_TARGETS += perf-images

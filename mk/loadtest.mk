@@ -48,6 +48,6 @@ demo: $(STAMP) ## start the simulator and the sidecar, run the CONC=10 bench, pr
 
 perf-loadtest: $(STAMP) ## our figures vs sglang.benchmark.serving's vs the simulator's truth -> out/perf/loadtest.md
 	@mkdir -p $(OUT)/perf
-	HF_HUB_OFFLINE=1 $(BIN)/python -m tests.loadtest.perf_loadtest --out $(OUT)/perf/loadtest.md
+	HF_HUB_OFFLINE=1 $(BIN)/python -m tools.perf.loadtest --out $(OUT)/perf/loadtest.md
 
 PERF_TARGETS += perf-loadtest

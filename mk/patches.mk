@@ -39,7 +39,7 @@ check-wheel-pth: $(STAMP) ## build the wheel, install it in a throwaway venv, ch
 
 perf-patches: patches-pth ## the .pth hook's start-up cost and the 397B decision time (out/perf/patches.md)
 	@mkdir -p $(OUT)/perf
-	$(BIN)/python tests/patches/perf_patches.py --runs $(or $(PERF_RUNS),200) --out $(OUT)/perf/patches.md
+	$(BIN)/python -m tools.perf.patches --runs $(or $(PERF_RUNS),200) --out $(OUT)/perf/patches.md
 
 TEST_DEPS += patches-pth verify-patches
 PERF_TARGETS += perf-patches

@@ -5,6 +5,6 @@
 
 perf-preflight: $(STAMP) ## time qwen-npu preflight on a 397B-sized checkpoint (out/perf/preflight.md)
 	@mkdir -p $(OUT)/perf
-	PYTHONPATH=tests PERF_OUT=$(OUT)/perf $(BIN)/python tests/preflight/perf_preflight.py
+	PERF_OUT=$(OUT)/perf $(BIN)/python -m tools.perf.preflight
 
 PERF_TARGETS += perf-preflight

@@ -26,7 +26,7 @@ sidecar: $(STAMP) ## run the sidecar on 127.0.0.1:SIDECAR_PORT against TARGET (d
 
 perf-sidecar: $(STAMP) ## p99 of /readyz and /metrics at 200 req/s, RSS over hours of scrapes (out/perf/sidecar.md)
 	@mkdir -p $(OUT)/perf
-	$(BIN)/python -m qwen_npu.serve.sidecar.perf --out $(OUT)/perf/sidecar.md
+	$(BIN)/python -m tools.perf.sidecar --out $(OUT)/perf/sidecar.md
 
 PERF_TARGETS += perf-sidecar
 # The sidecar's tests run promtool (tools-prometheus, mk/tools.mk) for real.

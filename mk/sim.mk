@@ -16,7 +16,7 @@ sim-profiles: $(STAMP) ## list the simulator's latency profiles
 
 perf-sim: $(STAMP) ## simulator timing fidelity at CONC 1/10/64 and streaming capacity (out/perf/sim.md)
 	@mkdir -p $(OUT)/perf
-	$(BIN)/python -m qwen_npu.serve.sim.perf --out $(OUT)/perf/sim.md
+	$(BIN)/python -m tools.perf.sim --out $(OUT)/perf/sim.md
 
 PERF_TARGETS += perf-sim
 # The simulator's /metrics test runs promtool (tools-prometheus, mk/tools.mk) for real.

@@ -30,7 +30,8 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
-from qwen_npu.patches import core, ub_plan
+from qwen_npu.checkpoint import ub_plan
+from qwen_npu.patches import core
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.log import log
 from qwen_npu.patches.registry import get_patch

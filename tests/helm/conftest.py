@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 
 @pytest.fixture(scope="session")

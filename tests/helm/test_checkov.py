@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 CHECKOV = chart_tool.REPO / ".venv-checkov" / "bin" / "checkov"
 README = chart_tool.CHART_DIR / "README.md"

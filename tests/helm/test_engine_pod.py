@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 DOC = chart_tool.REPO / "docs" / "chart.md"
 UPSTREAM_PROFILE = chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a8.yaml"
@@ -415,7 +415,7 @@ def test_should_print_pasteable_access_commands_when_service_type_varies(
 @pytest.mark.parametrize("profile", chart_tool.profiles(), ids=lambda p: p.stem)
 def test_should_equal_preflight_builder_when_rendering_profile(profile: Path, mtp: bool) -> None:
     """The chart and `qwen-npu preflight` recommend one command line (preflight's builder)."""
-    from qwen_npu.patches.preflight import LaunchOptions, recommended_args
+    from qwen_npu.preflight import LaunchOptions, recommended_args
 
     values = chart_tool.deep_merge(
         chart_tool.merged_values(chart_tool.values_from(profile)), {"mtp": {"enabled": mtp}}

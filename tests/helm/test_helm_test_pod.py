@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from qwen_npu.serve.sidecar.perf import sidecar_process
+from tools.perf.sidecar import sidecar_process
 from qwen_npu.serve.sim.testing import running_sim
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 pytestmark = pytest.mark.slow
 

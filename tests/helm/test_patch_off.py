@@ -16,7 +16,7 @@ import yaml
 
 from qwen_npu.patches.registry import PATCHES
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 PROFILES = {
     "deployment": chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a8.yaml"),

@@ -22,9 +22,9 @@ from typing import Any
 import helm_python as helm
 import pytest
 
-from qwen_npu.patches.preflight.cli import build_parser
+from qwen_npu.preflight.cli import build_parser
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 UPSTREAM = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a8.yaml")
 BIG = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml")
@@ -270,7 +270,7 @@ def test_should_keep_unrelated_extra_flags_when_rendering() -> None:
 def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A mount path holding a synthetic Qwen3.6-35B-A3B-shaped checkpoint (fp32 SSM state, FLOAT
     MTP, real safetensors headers over sparse shards)."""
-    from preflight.factory import write_checkpoint
+    from qwen_npu.testing.checkpoints import write_checkpoint
 
     root = tmp_path_factory.mktemp("models")
     write_checkpoint(root / CHECKPOINT, "35B-A3B", shard_headers=True)

@@ -1,7 +1,7 @@
 """Every scenario renders, lints clean and passes strict schema validation.
 
 Scenarios: every profile with MTP on and off, every ci/ overlay, and the LeaderWorkerSet profile
-with the router, autoscaling and the API key (tests/helm/chart_tool.py).
+with the router, autoscaling and the API key (tools/chart.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 SCENARIOS = list(chart_tool.scenarios())
 

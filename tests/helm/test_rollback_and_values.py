@@ -9,7 +9,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from . import chart_tool
+from tools import chart as chart_tool
 
 P = chart_tool.PROFILES_DIR
 UPSTREAM = chart_tool.values_from(P / "qwen3.6-35b-a3b-w8a8.yaml")

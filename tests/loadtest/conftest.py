@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .tokenizer_fixture import build_tokenizer
+from qwen_npu.testing.tokenizer import build_tokenizer
 
 
 @pytest.fixture(scope="session")

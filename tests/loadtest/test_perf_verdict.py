@@ -5,7 +5,7 @@ The perf run itself takes minutes; its verdict rule is checked here on made-up m
 
 from __future__ import annotations
 
-from .perf_loadtest import worse_than
+from tools.perf.loadtest import worse_than
 
 TRUTH = {
     "mean_ttft_ms": 50.0,

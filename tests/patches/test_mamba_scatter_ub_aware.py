@@ -13,7 +13,7 @@ import torch
 
 from qwen_npu.patches import mamba_scatter_ub_aware as patch
 from qwen_npu.patches.state import read_state
-from qwen_npu.patches.ub_plan import next_pow2
+from qwen_npu.checkpoint.ub_plan import next_pow2
 
 UB_BYTES = 196_608
 OVERFLOW = "ub overflow, requires 2097152 bits while 1572864 bits available!"

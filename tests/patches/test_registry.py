@@ -46,20 +46,10 @@ def test_each_entry_matches_its_module_and_test(info: object) -> None:
 
 
 def test_every_patch_module_on_disk_is_registered() -> None:
-    shared = {
-        "__init__",
-        "cli",
-        "core",
-        "hook",
-        "log",
-        "registry",
-        "state",
-        "ub_plan",
-        "modelslim_desc",
-        "model_config",
-    }
-    on_disk = {p.stem for p in PATCH_DIR.glob("*.py")} - shared
-    assert on_disk == {p.name.replace("-", "_") for p in PATCHES}
+    # A fix module is one that defines apply(); the rest of the folder is the machinery around them
+    # (core, hook, registry, state, log, cli). The checkpoint readers live in qwen_npu/checkpoint/.
+    fixes = {p.stem for p in PATCH_DIR.glob("*.py") if "\ndef apply(" in p.read_text()}
+    assert fixes == {p.name.replace("-", "_") for p in PATCHES}
     assert set(hook.TRIGGERS) == {p.module for p in PATCHES}
 
 

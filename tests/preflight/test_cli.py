@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from patches.test_ub_plan import UB_PLAN_KEYS
+from tests.checkpoint.test_ub_plan import UB_PLAN_KEYS
 
-from preflight.conftest import RunCli
+from tests.preflight.conftest import RunCli
 
 TOP_KEYS = {
     "schema_version",
@@ -106,7 +106,7 @@ def test_no_mtp_flag(ckpt_35b: Path, run_cli: RunCli) -> None:
 def test_standard_library_only() -> None:
     """Preflight runs in the engine image's init container: nothing outside the stdlib."""
     code = (
-        "import sys; import qwen_npu.patches.preflight.cli, qwen_npu.patches.preflight.render;"
+        "import sys; import qwen_npu.preflight.cli, qwen_npu.preflight.render;"
         "print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     proc = subprocess.run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qwen_npu.patches.preflight import LaunchOptions, recommended_args, recommended_command
+from qwen_npu.preflight import LaunchOptions, recommended_args, recommended_command
 
 
 def flag_value(args: list[str], flag: str) -> str:

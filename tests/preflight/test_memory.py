@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from preflight.factory import Schemes, make_config, make_description, make_index, write_checkpoint
-from qwen_npu.patches.model_config import parse_model_config
-from qwen_npu.patches.preflight import Options, run_preflight
-from qwen_npu.patches.preflight.memory import GIB, shape_bytes
-from qwen_npu.patches.preflight.quant import summarize
+from qwen_npu.testing.checkpoints import Schemes, make_config, make_description, make_index, write_checkpoint
+from qwen_npu.checkpoint.model_config import parse_model_config
+from qwen_npu.preflight import Options, run_preflight
+from qwen_npu.preflight.memory import GIB, shape_bytes
+from qwen_npu.preflight.quant import summarize
 
 
 @pytest.mark.parametrize("size", ["27B", "35B-A3B", "122B-A10B", "397B-A17B"])

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from preflight.conftest import RunCli
-from preflight.factory import make_config, make_description, tensor_sizes, write_checkpoint
-from qwen_npu.patches.preflight import Options, run_preflight
+from tests.preflight.conftest import RunCli
+from qwen_npu.testing.checkpoints import make_config, make_description, tensor_sizes, write_checkpoint
+from qwen_npu.preflight import Options, run_preflight
 
 SHARD = "model-00002-of-00008.safetensors"
 

@@ -101,7 +101,7 @@ app.kubernetes.io/component: router
 {{/*
 The engine's arguments (the image's ENTRYPOINT runs `python3 -m sglang.launch_server "$@"`).
 One flag or value per line, in the documented order (docs/chart.md), which is the order of
-preflight's builder (qwen_npu.patches.preflight.recommended_args; a test compares them). MTP off drops every
+preflight's builder (qwen_npu.preflight.recommended_args; a test compares them). MTP off drops every
 --speculative-* flag. There is deliberately no --speculative-draft-model-quantization: the patches
 make the plain command line work.
 */}}

@@ -1,0 +1,138 @@
+"""``qwen-npu preflight MODEL_DIR``: will it start? Exit 0 ready, 1 would fail, 2 bad input.
+
+Why this exists: the chart's init container and an engineer both run it before a model load that
+takes many minutes. It never prints a traceback: bad input is one line naming the file and the
+fix (and, with ``--json``, a JSON object with ``verdict: bad_input``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.checkpoint.model_config import SSM_DTYPES
+from qwen_npu.preflight.checkpoint import InputError
+from qwen_npu.preflight.report import SCHEMA_VERSION, Options, run_preflight
+
+EXIT_BAD_INPUT = 2
+PROG = "qwen-npu preflight"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be above 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at most 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=PROG,
+        description="Check a ModelSlim Qwen3.5/3.6 checkpoint before a long SGLang model load: "
+        "config, quantization description, weight index, tokenizer, TP, UB plan, memory. "
+        "Exit 0 ready, 1 would fail, 2 bad input.",
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint directory")
+    p.add_argument(
+        "--tp",
+        "--tp-size",
+        dest="tp",
+        type=_positive_int,
+        default=None,
+        help="tensor-parallel size (default: the smallest that is feasible and fits)",
+    )
+    mtp = p.add_mutually_exclusive_group()
+    mtp.add_argument(
+        "--mtp", dest="mtp", action="store_true", default=True, help="MTP on (default)"
+    )
+    mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="MTP (NEXTN) off")
+    p.add_argument("--npu-memory-gb", type=_positive_float, default=64.0, help="GiB per NPU (64)")
+    p.add_argument(
+        "--mem-fraction-static", type=_fraction, default=0.8, help="SGLang's static share (0.8)"
+    )
+    p.add_argument(
+        "--mamba-ssm-dtype",
+        choices=SSM_DTYPES,
+        default=None,
+        help="as SGLang's flag: overrides SGLANG_MAMBA_SSM_DTYPE and the config",
+    )
+    p.add_argument(
+        "--cuda-graph-bs-decode",
+        dest="cuda_graph_bs",
+        type=_positive_int,
+        default=16,
+        help="decode graph batch size in the recommended command (16)",
+    )
+    p.add_argument(
+        "--check-shards",
+        action="store_true",
+        help="also read every shard's safetensors header: truncated copies, missing tensors, "
+        "exact memory",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
+    return p
+
+
+def _bad_input(message: str, as_json: bool) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    if as_json:
+        payload = {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": "bad_input",
+            "exit_code": EXIT_BAD_INPUT,
+            "error": message,
+        }
+        print(json.dumps(payload, sort_keys=True))
+    return EXIT_BAD_INPUT
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    options = Options(
+        tp=args.tp,
+        mtp=args.mtp,
+        npu_memory_gb=args.npu_memory_gb,
+        mem_fraction_static=args.mem_fraction_static,
+        mamba_ssm_dtype=args.mamba_ssm_dtype,
+        cuda_graph_bs=args.cuda_graph_bs,
+        check_shards=args.check_shards,
+    )
+    try:
+        report = run_preflight(args.model_dir, options)
+    except InputError as exc:
+        return _bad_input(str(exc), args.json)
+    except Exception as exc:  # never a traceback in an init container's log
+        return _bad_input(
+            f"{args.model_dir}: unexpected {type(exc).__name__}: {exc}; the checkpoint's files "
+            "are probably malformed, report this with its config.json",
+            args.json,
+        )
+    if args.json:
+        print(json.dumps(report.as_dict(), sort_keys=True))
+    else:
+        from qwen_npu.preflight.render import render
+
+        print(render(report))
+    return report.exit_code

@@ -1,0 +1,314 @@
+"""Run every preflight check on a checkpoint and build the one report the CLI prints.
+
+Why this exists: the init container, the engineer at a terminal and the tests all need the same
+answer: a verdict (``ready``, ``ready_with_patches``, ``would_fail``), the findings that decide it,
+and the facts behind them. ``run_preflight`` computes it once; ``Report.as_dict`` is the stable
+``--json`` shape (schema_version 1, keys documented in docs/preflight.md) and ``render`` the table.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from qwen_npu.patches import registry
+from qwen_npu.checkpoint.model_config import ModelConfig
+from qwen_npu.preflight import memory as mem
+from qwen_npu.preflight import parallel, shards
+from qwen_npu.preflight import quant as qnt
+from qwen_npu.preflight.checkpoint import Checkpoint, load_checkpoint
+from qwen_npu.preflight.command import LaunchOptions, recommended_command
+from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
+
+SCHEMA_VERSION = 1
+READY = "ready"
+READY_WITH_PATCHES = "ready_with_patches"
+WOULD_FAIL = "would_fail"
+EXIT_CODES = {READY: 0, READY_WITH_PATCHES: 0, WOULD_FAIL: 1}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for (the CLI flags)."""
+
+    tp: int | None = None  # None: pick the smallest TP that is feasible and fits
+    mtp: bool = True
+    npu_memory_gb: float = 64.0
+    mem_fraction_static: float = 0.8
+    mamba_ssm_dtype: str | None = None
+    cuda_graph_bs: int | None = 16
+    check_shards: bool = False  # read every shard's safetensors header (slower, exact)
+
+
+@dataclass
+class Report:
+    """The result of one preflight run."""
+
+    checkpoint: Checkpoint
+    options: Options
+    tp: int
+    tp_source: str
+    tp_checks: list[parallel.TpCheck]
+    quant: qnt.QuantReport
+    memory: mem.MemoryEstimate
+    memory_by_tp: dict[int, mem.MemoryEstimate]
+    command: list[str]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.checkpoint.config
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == BLOCKING]
+
+    @property
+    def verdict(self) -> str:
+        if self.blocking:
+            return WOULD_FAIL
+        return READY_WITH_PATCHES if self.quant.needed else READY
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def chosen(self) -> parallel.TpCheck:
+        return next(c for c in self.tp_checks if c.tp == self.tp)
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model_dir": str(self.checkpoint.root),
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "blocking": [f.as_dict() for f in self.blocking],
+            "findings": [f.as_dict() for f in self.findings],
+            "files": self.checkpoint.files_dict(),
+            "model": c.as_dict(),
+            "mtp": {
+                "requested": self.options.mtp,
+                "enabled": self.options.mtp and c.has_mtp,
+                "layers": c.mtp_num_hidden_layers,
+            },
+            "quantization": self.quant.as_dict(),
+            "patches": {
+                "needed": sorted(self.quant.needed),
+                "reasons": dict(sorted(self.quant.needed.items())),
+                "disabled": sorted(self.quant.disabled),
+            },
+            "tp": {
+                "tp": self.tp,
+                "source": self.tp_source,
+                "feasible": [t.tp for t in self.tp_checks if t.feasible],
+                "candidates": [
+                    {**t.as_dict(), "memory": self.memory_by_tp[t.tp].as_dict()}
+                    for t in self.tp_checks
+                ],
+            },
+            "ub_plan": self.chosen.ub.as_dict() if self.chosen.ub else None,
+            "memory": self.memory.as_dict(),
+            "command": self.command,
+            "command_line": shlex.join(self.command),
+        }
+
+
+def _choose_tp(
+    checks: list[parallel.TpCheck], mems: Mapping[int, mem.MemoryEstimate], asked: int | None
+) -> tuple[int, str]:
+    if asked is not None:
+        return asked, "flag"
+    for check in checks:
+        if check.feasible and mems[check.tp].fits:
+            return check.tp, "auto"
+    feasible = [c.tp for c in checks if c.feasible]
+    return (feasible[-1] if feasible else checks[-1].tp), "auto"
+
+
+def _tp_findings(report: Report) -> None:
+    chosen = report.chosen
+    feasible = [str(t.tp) for t in report.tp_checks if t.feasible] or ["none"]
+    for problem in chosen.problems:
+        report.findings.append(
+            finding(
+                "tp-indivisible",
+                BLOCKING,
+                f"{problem}; SGLang asserts this while building the model. Feasible "
+                f"--tp-size values: {', '.join(feasible)}",
+            )
+        )
+    m = report.memory
+    where = (
+        f"{mem.gib(m.per_npu_bytes)} of weights per NPU at tp={m.tp} "
+        f"(MTP {mem.gib(m.mtp_per_npu_bytes)}, from {m.source}) against "
+        f"{mem.gib(m.budget_bytes)} ({m.npu_memory_gb:g} GiB x {m.mem_fraction_static:g})"
+    )
+    if not m.fits:
+        bigger = [
+            str(t.tp)
+            for t in report.tp_checks
+            if t.tp > m.tp and t.feasible and report.memory_by_tp[t.tp].fits
+        ]
+        fix = f"Use --tp-size {bigger[0]}" if bigger else "Use more NPUs or a smaller scheme"
+        report.findings.append(
+            finding(
+                "memory-overflow",
+                BLOCKING,
+                f"weights do not fit: {where}; the load would run out of memory. {fix}, or raise "
+                "--mem-fraction-static",
+            )
+        )
+    elif m.tight:
+        report.findings.append(
+            finding(
+                "memory-tight",
+                WARNING,
+                f"only {mem.gib(m.headroom_bytes)} left for the KV cache and mamba state: "
+                f"{where}. Expect few concurrent requests; a larger TP leaves more",
+            )
+        )
+
+
+def _mtp_and_ub_findings(report: Report) -> None:
+    c, opts = report.config, report.options
+    if opts.mtp and not c.has_mtp:
+        report.findings.append(
+            finding(
+                "mtp-absent",
+                BLOCKING,
+                "MTP requested but config.json has no mtp_num_hidden_layers; NEXTN has no draft. "
+                "Start with MTP off (--no-mtp, chart value mtp.enabled=false)",
+            )
+        )
+        return
+    if not c.has_gdn:
+        report.findings.append(
+            finding(
+                "gdn-fields-missing",
+                WARNING,
+                "config.json has no linear_num_value_heads/linear_num_key_heads/"
+                "linear_value_head_dim/linear_key_head_dim: not a Qwen3.5/3.6 hybrid model? "
+                "The GDN TP and UB checks were skipped",
+            )
+        )
+        return
+    if not opts.mtp:
+        return
+    ub = report.chosen.ub
+    if ub is not None and not ub.fits:
+        report.findings.append(
+            finding(
+                "ub-overflow",
+                BLOCKING,
+                f"one {c.linear_value_head_dim}x{c.linear_key_head_dim} {c.mamba_ssm_dtype} "
+                f"state plane needs {ub.buffered_bytes} bytes buffered, more than the "
+                f"{ub.ub_bytes}-byte UB; the MTP state scatter cannot fit at any h_block_size. "
+                "Use --mamba-ssm-dtype bfloat16, or start with MTP off",
+            )
+        )
+        return
+    if qnt.ub_needs_patch(c):
+        need = qnt.UB_AWARE
+        report.quant.needed[need] = (
+            f"the kernel's default h_block_size={qnt.KERNEL_DEFAULT_H_BLOCK_SIZE} overflows the "
+            f"UB for {c.mamba_ssm_dtype} {c.linear_value_head_dim}x{c.linear_key_head_dim} "
+            f"states; the plan is h_block_size={ub.h_block_size if ub else 1}"
+        )
+        if need in report.quant.disabled:
+            report.findings.append(
+                finding(
+                    "patch-disabled",
+                    BLOCKING,
+                    f"{registry.ENV_DISABLE} disables {need}; the first request (or graph "
+                    "capture) dies with 'ub overflow'. Remove it from "
+                    f"{registry.ENV_DISABLE}, use --mamba-ssm-dtype bfloat16, or turn MTP off",
+                    [need],
+                )
+            )
+
+
+def run_preflight(
+    model_dir: str | os.PathLike[str],
+    options: Options | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Report:
+    """Inspect ``model_dir``; raises checkpoint.InputError on bad input (exit 2)."""
+    opts = options or Options()
+    env = os.environ if environ is None else environ
+    ckpt = load_checkpoint(model_dir, mamba_ssm_dtype=opts.mamba_ssm_dtype, environ=env)
+    c = ckpt.config
+    disabled, unknown = registry.disabled_patches(env)
+    q = qnt.analyze_quant(
+        ckpt.description, ckpt.description_scan, c, mtp=opts.mtp, disabled=disabled
+    )
+    measured: tuple[int, int] | None = None
+    shard_findings = []
+    if opts.check_shards and ckpt.index is not None:
+        scanned = shards.scan(ckpt.root, ckpt.index["weight_map"], ckpt.shard_files)
+        ckpt.shards_checked = True
+        shard_findings = scanned.findings()
+        if scanned.complete and scanned.tensor_bytes:
+            measured = (sum(scanned.tensor_bytes.values()), scanned.mtp_bytes())
+    tps = sorted({*parallel.CANDIDATE_TPS, *([opts.tp] if opts.tp else [])})
+    checks = [parallel.check_tp(c, tp) for tp in tps]
+    mems = {
+        tp: mem.estimate(
+            c,
+            q.parts,
+            ckpt.total_size,
+            measured=measured,
+            tp=tp,
+            mtp=opts.mtp,
+            npu_memory_gb=opts.npu_memory_gb,
+            mem_fraction_static=opts.mem_fraction_static,
+        )
+        for tp in tps
+    }
+    tp, source = _choose_tp(checks, mems, opts.tp)
+    launch = LaunchOptions(
+        tp=tp,
+        mtp=opts.mtp and c.has_mtp,
+        quantized=ckpt.description is not None,
+        mem_fraction_static=opts.mem_fraction_static,
+        cuda_graph_bs=opts.cuda_graph_bs,
+        mamba_ssm_dtype=opts.mamba_ssm_dtype,
+    )
+    report = Report(
+        checkpoint=ckpt,
+        options=opts,
+        tp=tp,
+        tp_source=source,
+        tp_checks=checks,
+        quant=q,
+        memory=mems[tp],
+        memory_by_tp=mems,
+        command=recommended_command(str(ckpt.root), launch),
+        findings=[*ckpt.findings, *shard_findings, *q.findings],
+    )
+    if unknown:
+        report.findings.append(
+            finding(
+                "patch-name-unknown",
+                WARNING,
+                f"{registry.ENV_DISABLE} names unknown patch(es) {', '.join(unknown)}; known: "
+                f"{', '.join(registry.BY_NAME)}. Fix the spelling (chart value patches.disabled)",
+                unknown,
+            )
+        )
+    if ckpt.description is None:
+        report.findings.append(
+            finding(
+                "not-modelslim",
+                INFO,
+                "no quant_model_description.json: treated as an unquantized checkpoint (the "
+                "command has no --quantization modelslim)",
+            )
+        )
+    _tp_findings(report)
+    _mtp_and_ub_findings(report)
+    return report

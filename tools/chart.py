@@ -1,0 +1,329 @@
+"""Render, lint and validate the qwen-npu chart offline (Helm's Go SDK + Kubernetes' JSON schemas).
+
+Why: the tests and `make chart` need the same scenarios (every profile with MTP on and off, every
+ci/ overlay) rendered the same way, and the same validation: kubernetes-validate's strict schemas
+for built-in kinds, the schemas kept in tools/schemas/ for the custom resources (and
+Kubernetes' PodTemplateSpec for the pod templates inside a LeaderWorkerSet). Schemas are loaded once
+per (Kubernetes version, kind): validating hundreds of documents stays fast.
+
+    python -m tools.chart render --out out/chart    # lint + render every scenario
+    python -m tools.chart package --out out/chart   # helm package
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import importlib_resources
+import jsonschema  # type: ignore[import-untyped]
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHART_DIR = REPO / "helm" / "qwen-npu"
+PROFILES_DIR = CHART_DIR / "profiles"
+CI_DIR = CHART_DIR / "ci"
+CR_SCHEMAS = Path(__file__).resolve().parent / "schemas"
+RELEASE = "qwen-npu"
+NAMESPACE = "llm"
+
+# Every minor the chart's kubeVersion (>=1.29) claims and kubernetes-validate knows.
+KUBE_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37"]
+# The image volume source (model.source=image) exists from 1.31 (alpha), beta from 1.33.
+IMAGE_VOLUME_MIN = "1.33"
+
+# Custom resources -> the schema file kept for them.
+CR_KINDS = {
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset-leaderworkerset-v1.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+}
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's values coalescing for maps (override wins, lists replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def values_from(*files: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The user values of `helm install -f f1 -f f2 --set ...` (chart defaults not included)."""
+    merged: dict[str, Any] = {}
+    for path in files:
+        loaded = yaml.safe_load(path.read_text()) or {}
+        merged = deep_merge(merged, loaded)
+    return deep_merge(merged, extra or {})
+
+
+def profiles() -> list[Path]:
+    return sorted(PROFILES_DIR.glob("*.yaml"))
+
+
+def ci_overlays() -> list[Path]:
+    return sorted(CI_DIR.glob("*-values.yaml"))
+
+
+def scenarios() -> dict[str, dict[str, Any]]:
+    """Named user-values sets: every profile with MTP on and off, every ci/ overlay."""
+    found: dict[str, dict[str, Any]] = {}
+    for profile in profiles():
+        found[f"{profile.stem}-mtp-on"] = values_from(profile, extra={"mtp": {"enabled": True}})
+        found[f"{profile.stem}-mtp-off"] = values_from(profile, extra={"mtp": {"enabled": False}})
+    for overlay in ci_overlays():
+        found[f"ci-{overlay.stem.removesuffix('-values')}"] = values_from(overlay)
+    # The largest checkpoint (a LeaderWorkerSet) with the optional parts on.
+    big = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml"
+    for part in ("router", "hpa", "apikey"):
+        found[f"397b-{part}"] = values_from(big, CI_DIR / f"{part}-values.yaml")
+    return found
+
+
+@cache
+def chart() -> helm.Chart:
+    """The chart, loaded once per process."""
+    return helm.Chart.load(CHART_DIR)
+
+
+def render(values: dict[str, Any] | None = None, **options: Any) -> dict[str, str]:
+    """Template path -> rendered text (NOTES.txt included)."""
+    opts = {"name": RELEASE, "namespace": NAMESPACE, **options}
+    return chart().render(values or {}, **opts)
+
+
+def merged_values(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's defaults coalesced with `values` (what a release would use)."""
+    return chart().merge_values(values or {})
+
+
+def documents(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    """Every Kubernetes object of a render, in template order; NOTES.txt and empty docs dropped."""
+    docs: list[dict[str, Any]] = []
+    for name in sorted(rendered):
+        if name.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(rendered[name]):
+            if doc:
+                doc.setdefault("metadata", {}).setdefault("annotations", {})
+                docs.append(doc)
+                if not doc["metadata"]["annotations"]:
+                    del doc["metadata"]["annotations"]
+    return docs
+
+
+def render_docs(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return documents(render(values))
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+
+
+def pod_templates(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(role, pod template) of a workload: Deployment -> one, LeaderWorkerSet -> leader + worker."""
+    if doc["kind"] == "Deployment":
+        yield "single", doc["spec"]["template"]
+    elif doc["kind"] == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        yield "leader", lwt["leaderTemplate"]
+        yield "worker", lwt["workerTemplate"]
+
+
+def container(template: dict[str, Any], name: str) -> dict[str, Any] | None:
+    spec = template["spec"]
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        if c["name"] == name:
+            return dict(c)
+    return None
+
+
+def engine_workload(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine's Deployment or LeaderWorkerSet."""
+    found = [
+        d
+        for d in docs
+        if d["kind"] in ("Deployment", "LeaderWorkerSet")
+        and d["metadata"]["name"].endswith("-engine")
+    ]
+    if len(found) != 1:
+        raise AssertionError(f"expected one engine workload, found {len(found)}")
+    return found[0]
+
+
+def engine_args(docs: list[dict[str, Any]], role: str | None = None) -> list[str]:
+    """The engine container's args of the serving pod (or of `role`)."""
+    for found_role, template in pod_templates(engine_workload(docs)):
+        if (role is None and found_role != "worker") or role == found_role:
+            engine = container(template, "engine")
+            assert engine is not None
+            return [str(a) for a in engine["args"]]
+    raise AssertionError(f"no engine pod template with role {role}")
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+class _SchemaStore:
+    """kubernetes-validate's strict schemas, one compiled validator per (version, file).
+
+    Its schemas point into a 1.4 MB `_definitions.json` with `$ref`s; resolving them per document
+    costs ~30 ms. They are inlined once here (a definition that refers back to itself is left
+    open), so a validation takes a fraction of a millisecond.
+    """
+
+    def __init__(self) -> None:
+        self._root = importlib_resources.files("kubernetes_validate").joinpath(
+            "kubernetes-json-schema"
+        )
+        self._definitions: dict[str, dict[str, Any]] = {}
+        self._inlined: dict[tuple[str, str], Any] = {}
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
+
+    def _dir(self, version: str) -> Any:
+        return self._root.joinpath(f"v{version}.0-local-strict")
+
+    def _inline(self, version: str, node: Any, stack: tuple[str, ...] = ()) -> Any:
+        if isinstance(node, list):
+            return [self._inline(version, item, stack) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and "#/$defs/" in ref:
+            name = ref.split("#/$defs/", 1)[1]
+            if name in stack:
+                return {}
+            key = (version, name)
+            if key not in self._inlined:
+                if version not in self._definitions:
+                    text = self._dir(version).joinpath("_definitions.json").read_text()
+                    self._definitions[version] = json.loads(text)["$defs"]
+                target = self._definitions[version][name]
+                self._inlined[key] = self._inline(version, target, (*stack, name))
+            return self._inlined[key]
+        return {k: self._inline(version, v, stack) for k, v in node.items()}
+
+    def validator(self, version: str, filename: str) -> jsonschema.protocols.Validator | None:
+        key = (version, filename)
+        if key not in self._validators:
+            path = self._dir(version).joinpath(filename)
+            if not path.is_file():
+                self._validators[key] = None
+            else:
+                schema = self._inline(version, json.loads(path.read_text()))
+                self._validators[key] = jsonschema.Draft202012Validator(schema)
+        return self._validators[key]
+
+
+_STORE = _SchemaStore()
+
+
+def _kube_filename(doc: dict[str, Any]) -> str:
+    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", doc["apiVersion"])
+    return f"{doc['kind'].lower()}-{api}.json"
+
+
+@cache
+def _cr_validator(filename: str) -> jsonschema.protocols.Validator:
+    schema = json.loads((CR_SCHEMAS / filename).read_text())
+    return jsonschema.Draft7Validator(schema)
+
+
+def _errors(validator: jsonschema.protocols.Validator, doc: Any, where: str) -> list[str]:
+    return [
+        f"{where}: {'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    ]
+
+
+def is_builtin(doc: dict[str, Any], version: str = KUBE_VERSIONS[-1]) -> bool:
+    """Whether Kubernetes itself defines the object's kind (kubernetes-validate has a schema)."""
+    return _STORE.validator(version, _kube_filename(doc)) is not None
+
+
+def validate(doc: dict[str, Any], version: str) -> list[str]:
+    """Strict schema errors of one object for one Kubernetes minor (empty list = valid)."""
+    where = f"{doc['kind']}/{doc['metadata'].get('name')} (k8s {version})"
+    cr = CR_KINDS.get((doc["apiVersion"], doc["kind"]))
+    if cr is not None:
+        errors = _errors(_cr_validator(cr), doc, where)
+        pod = _STORE.validator(version, "podtemplatespec-v1.json")
+        assert pod is not None
+        for role, template in pod_templates(doc):
+            errors += _errors(pod, template, f"{where} {role}Template")
+        return errors
+    validator = _STORE.validator(version, _kube_filename(doc))
+    if validator is None:
+        return [f"{where}: no schema for {doc['apiVersion']} {doc['kind']}"]
+    return _errors(validator, doc, where)
+
+
+def lint(values: dict[str, Any]) -> list[str]:
+    """`helm lint --strict` findings at warning level and above, for the oldest and newest
+    Kubernetes the chart claims (Helm's lint flags APIs deprecated or removed in that version)."""
+    findings: list[str] = []
+    for version in (KUBE_VERSIONS[0], KUBE_VERSIONS[-1]):
+        report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{version}.0")
+        findings += [
+            f"k8s {version}: {m['path']}: {m['error']}"
+            for m in report["messages"]
+            if int(m["severity"]) >= 2
+        ]
+        findings += [f"k8s {version}: {e}" for e in report.get("errors") or []]
+    return findings
+
+
+# --- command line (make chart, make chart-package) --------------------------------------------
+
+
+def _render_all(out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name, values in scenarios().items():
+        try:
+            rendered = render(values)
+        except helm.HelmError as exc:
+            print(f"chart: scenario={name} status=render-failed error={exc}")
+            failed += 1
+            continue
+        findings = lint(values)
+        docs = documents(rendered)
+        manifest = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+        (out / f"{name}.yaml").write_text(manifest)
+        status = "ok" if not findings else "lint-findings"
+        failed += bool(findings)
+        print(f"chart: scenario={name} status={status} objects={len(docs)}")
+        for finding in findings:
+            print(f"chart:   lint {finding}")
+    print(f"chart: rendered={out} failed={failed} next=`make checkov` or kubectl apply --dry-run")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="chart_tool", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["render", "package"])
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "chart")
+    args = parser.parse_args(argv)
+    if args.action == "render":
+        return _render_all(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    archive = helm.package(CHART_DIR, destination=args.out)
+    print(f"chart: packaged={archive}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

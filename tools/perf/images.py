@@ -1,0 +1,153 @@
+"""`make perf-images`: the sidecar image's Python environment, measured here without Docker.
+
+Why it exists: the sidecar image must stay under 200 MB and start fast, and no Docker engine runs
+on these machines. This rebuilds the image's /opt/venv the way docker/sidecar.Dockerfile does
+(the wheel, `<wheel>[sidecar]` held by docker/sidecar-constraints.txt, pip and setuptools removed),
+offline from .venv-wheels/sidecar, then measures its size, the sidecar's time from start to the
+first /livez 200 and its resident memory. Figures go to out/perf/images.md and stdout.
+
+    .venv/bin/python tools/perf/images.py --out out/perf/images.md [--starts 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# python:3.11-slim-bookworm, uncompressed, as `docker image ls` reports it (an estimate: the build
+# machine measures the real image, docs/images.md checklist item 3).
+BASE_IMAGE_MB_ESTIMATE = 130
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def build_env(root: Path) -> tuple[Path, dict[str, float]]:
+    wheelhouse = REPO / ".venv-wheels" / "sidecar"
+    if not (wheelhouse / ".complete").exists():
+        sys.exit("perf-images: the wheelhouse is missing; run `make images-wheelhouse` first")
+    env = os.environ | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    offline = ["--no-index", "--find-links", str(wheelhouse), "-q"]
+    timings = {}
+    dist = root / "dist"
+    timings["wheel build"] = _run(
+        [sys.executable, "-m", "pip", "wheel", *offline, "--no-deps", "-w", str(dist), str(REPO)],
+        env,
+    )
+    (wheel,) = dist.glob("qwen_npu-*.whl")
+    venv = root / "venv"
+    timings["venv"] = _run([sys.executable, "-m", "venv", str(venv)], env)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    constraints = REPO / "docker" / "sidecar-constraints.txt"
+    timings["install"] = _run(
+        [*pip, "install", *offline, "-c", str(constraints), f"{wheel}[sidecar]"], env
+    )
+    _run([*pip, "uninstall", "-q", "-y", "pip", "setuptools"], env)
+    return venv, timings
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_once(venv: Path) -> tuple[float, float]:
+    """Seconds from spawn to the first /livez 200, and the RSS in MiB right after."""
+    port = _free_port()
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "QWEN_NPU_CANARY_INTERVAL_S": "0",
+    }
+    cmd = [str(venv / "bin" / "qwen-npu"), "sidecar", "--host", "127.0.0.1", "--port", str(port)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [*cmd, "--engine-url", f"http://127.0.0.1:{_free_port()}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=1):
+                    break
+            except (urllib.error.URLError, OSError):
+                if proc.poll() is not None or time.perf_counter() - start > 60:
+                    sys.exit("perf-images: the sidecar did not answer /livez within 60 s")
+                time.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        return elapsed, _rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "perf" / "images.md")
+    parser.add_argument("--starts", type=int, default=5)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="perf-images-") as tmp:
+        venv, timings = build_env(Path(tmp))
+        files = [p for p in venv.rglob("*") if p.is_file()]
+        size_mb = sum(p.stat().st_size for p in files) / 2**20
+        site = next(venv.glob("lib/python*/site-packages"))
+        biggest = sorted(
+            (
+                (sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 2**20, d.name)
+                for d in site.iterdir()
+                if d.is_dir() and not d.name.endswith(".dist-info")
+            ),
+            reverse=True,
+        )[:5]
+        starts = [start_once(venv) for _ in range(args.starts)]
+    livez = [s for s, _ in starts]
+    rss = [r for _, r in starts]
+    lines = [
+        "# Sidecar image environment (make perf-images)",
+        "",
+        f"Python {sys.version.split()[0]}; /opt/venv rebuilt offline like the sidecar Dockerfile.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| /opt/venv size | {size_mb:.1f} MiB ({len(files)} files) |",
+        f"| image size estimate (python:3.11-slim-bookworm ~{BASE_IMAGE_MB_ESTIMATE} MB + venv) "
+        f"| {BASE_IMAGE_MB_ESTIMATE + size_mb * 1.048576:.0f} MB (budget 200 MB) |",
+        f"| largest packages | {', '.join(f'{n} {s:.1f} MiB' for s, n in biggest)} |",
+        f"| spawn to first /livez 200 (median of {len(livez)}) | {statistics.median(livez):.2f} s "
+        f"(min {min(livez):.2f}, max {max(livez):.2f}) |",
+        f"| sidecar RSS after start (median) | {statistics.median(rss):.0f} MiB |",
+        f"| wheel build / venv / install | {timings['wheel build']:.1f} s / {timings['venv']:.1f} s"
+        f" / {timings['install']:.1f} s |",
+        "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

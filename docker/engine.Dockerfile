@@ -6,8 +6,15 @@
 # --build-arg from that file; tests/docker/test_engine_dockerfile.py fails when they disagree.
 #   make image                       # 910B (Atlas A2), the platform of this machine
 #   make image CHIP=a3 PLATFORM=linux/arm64
-# Stages: `base` (the CANN image), `builder` (downloads, git, wheels into /opt/venv), `engine`
-# (base + /opt/venv + entrypoint; nothing from the builder but the virtual environment).
+#   make image-engine-cpu            # ENGINE_FLAVOUR=cpu: the CPU stand-in, built here with podman
+# Stages. ENGINE_FLAVOUR picks the first two; everything after them is shared by both flavours:
+#   base-npu   the CANN image               base-cpu   a Python base (stand-in, no CANN)
+#   stack-npu  torch + torch_npu,           stack-cpu  the CPU torch, SGLang's wheel and what its
+#              triton-ascend, SGLang from              modules import (requirements/sglang-cpu.txt),
+#              its tag, sgl-kernel-npu                 tests/stubs for the NPU-only packages
+#   builder    stack-<flavour> + qwen-npu (the .pth hook) + sglang-router, all in /opt/venv
+#   engine     base-<flavour> + tini + user + /opt/venv + entrypoint, then the build checks
+#              (SGLang version, .pth hook, `qwen-npu patches verify --strict`)
 
 ARG CANN_BASE_IMAGE=quay.io/ascend/cann
 ARG CANN_VERSION=9.1.0
@@ -15,16 +22,38 @@ ARG CANN_VERSION=9.1.0
 ARG CHIP=910b
 ARG BASE_OS=ubuntu22.04
 ARG ENGINE_PYTHON_VERSION=3.12
+# npu (the image, the default) or cpu (the stand-in that builds without CANN; docs/images.md)
+ARG ENGINE_FLAVOUR=npu
+# The cpu flavour's base: the CPU test environment's Python on the sidecar's Debian release
+ARG TEST_PYTHON_VERSION=3.11
+ARG SIDECAR_DEBIAN_RELEASE=bookworm
 
-FROM ${CANN_BASE_IMAGE}:${CANN_VERSION}-${CHIP}-${BASE_OS}-py${ENGINE_PYTHON_VERSION} AS base
+FROM ${CANN_BASE_IMAGE}:${CANN_VERSION}-${CHIP}-${BASE_OS}-py${ENGINE_PYTHON_VERSION} AS base-npu
+ARG CANN_BASE_IMAGE
+ARG CANN_VERSION
+ARG CHIP
+ARG BASE_OS
+ARG ENGINE_PYTHON_VERSION
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+LABEL org.opencontainers.image.base.name="${CANN_BASE_IMAGE}:${CANN_VERSION}-${CHIP}-${BASE_OS}-py${ENGINE_PYTHON_VERSION}"
+ENV VIRTUAL_ENV=/opt/venv \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1
+
+FROM python:${TEST_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS base-cpu
+ARG TEST_PYTHON_VERSION
+ARG SIDECAR_DEBIAN_RELEASE
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+LABEL org.opencontainers.image.base.name="python:${TEST_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"
 ENV VIRTUAL_ENV=/opt/venv \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
 
 # ---------------------------------------------------------------------------------------------
-FROM base AS builder
+# The Ascend stack: everything that needs the CANN base or NPU-only artefacts.
+FROM base-npu AS stack-npu
 # (repeated per stage: the image inherits it, hadolint's stage-by-stage reading does not)
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG CANN_VERSION
@@ -36,7 +65,6 @@ ARG NPU_TORCHVISION_VERSION=0.25.0
 ARG TORCH_NPU_VERSION=2.10.0.post6
 ARG TRITON_ASCEND_VERSION=3.2.2
 ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
-ARG SGLANG_ROUTER_VERSION=0.3.2
 # Where the artefacts come from (mirrors can be swapped in; the versions stay pinned above).
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG PYTORCH_CPU_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -90,21 +118,55 @@ RUN arch="$(uname -m)" \
     && python3 -c "import importlib.metadata as m; print('sgl-kernel-npu', m.version('sgl_kernel_npu'))" \
     && rm -rf /tmp/sgl-kernel-npu "/tmp/${asset}"
 
+# ---------------------------------------------------------------------------------------------
+# The CPU stand-in of stack-npu (ENGINE_FLAVOUR=cpu): the same /opt/venv contract (SGLang at its
+# pin, /tmp/constraints.txt holding torch) from a local wheelhouse, a named build context:
+#   --build-context wheels=.venv-wheels/engine-cpu   (make engine-cpu-wheelhouse fills it)
+FROM base-cpu AS stack-cpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG TEST_PYTHON_VERSION
+ARG SGLANG_VERSION=0.5.23
+ARG TEST_TORCH_VERSION=2.13.0
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${TEST_PYTHON_VERSION}', v" \
+    && python3 -m venv "${VIRTUAL_ENV}"
+ENV PATH=/opt/venv/bin:${PATH}
+# The CPU torch and what SGLang's modules import on CPU (the test environment's list), then
+# SGLang's wheel without its GPU dependencies: offline, from the wheelhouse only.
+COPY requirements/sglang-cpu.txt /tmp/sglang-cpu.txt
+RUN --mount=type=bind,from=wheels,target=/wheels \
+    printf '%s\n' "torch==${TEST_TORCH_VERSION}" > /tmp/constraints.txt \
+    && pip install --no-index --find-links /wheels -c /tmp/constraints.txt \
+        "torch==${TEST_TORCH_VERSION}" -r /tmp/sglang-cpu.txt \
+    && pip install --no-index --find-links /wheels --no-deps "sglang==${SGLANG_VERSION}" \
+    && rm /tmp/sglang-cpu.txt
+# The CPU stand-ins of the NPU-only packages (torchvision, sgl_kernel_npu): tests/stubs/README.md.
+COPY tests/stubs/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-packages/
+
+# ---------------------------------------------------------------------------------------------
+# From here on both flavours share every line.
+# hadolint ignore=DL3006 # the base is a stage above (stack-npu or stack-cpu), picked by ENGINE_FLAVOUR
+FROM stack-${ENGINE_FLAVOUR} AS builder
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG SGLANG_ROUTER_VERSION=0.3.2
+ARG PIP_INDEX_URL=https://pypi.org/simple
+
 # qwen-npu itself, without extras (standard library only): the patches, preflight, ub-plan and
 # the .pth hook that loads the patches in every Python process of the engine.
 COPY pyproject.toml README.md /tmp/qwen-npu/
 COPY qwen_npu /tmp/qwen-npu/qwen_npu
-RUN pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt /tmp/qwen-npu \
+RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt /tmp/qwen-npu \
     && rm -rf /tmp/qwen-npu
 
 # sglang-router: the chart's optional cache-aware router runs from this same image.
-RUN pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
+RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
         "sglang-router==${SGLANG_ROUTER_VERSION}" \
     && rm -f /tmp/constraints.txt
 
 # ---------------------------------------------------------------------------------------------
-FROM base AS engine
+# hadolint ignore=DL3006 # the base is a stage above (base-npu or base-cpu), picked by ENGINE_FLAVOUR
+FROM base-${ENGINE_FLAVOUR} AS engine
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG ENGINE_FLAVOUR
 ARG CANN_VERSION
 ARG CHIP
 ARG ENGINE_PYTHON_VERSION
@@ -130,7 +192,7 @@ LABEL org.opencontainers.image.title="qwen-npu-engine" \
       org.opencontainers.image.version="${QWEN_NPU_VERSION}" \
       org.opencontainers.image.revision="${VCS_REF}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="quay.io/ascend/cann:${CANN_VERSION}-${CHIP}-ubuntu22.04-py${ENGINE_PYTHON_VERSION}" \
+      io.qwen-npu.flavour="${ENGINE_FLAVOUR}" \
       io.qwen-npu.chip="${CHIP}" \
       io.qwen-npu.cann.version="${CANN_VERSION}" \
       io.qwen-npu.python.version="${ENGINE_PYTHON_VERSION}" \

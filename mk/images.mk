@@ -14,6 +14,8 @@ TAG ?= $(QWEN_NPU_VERSION)
 CHIP ?= 910b
 PLATFORM ?= linux/$(subst aarch64,arm64,$(subst x86_64,amd64,$(shell uname -m)))
 DOCKER ?= docker
+# Extra `build` flags (make image-test passes podman's: --format docker --network host).
+DOCKER_BUILD_FLAGS ?=
 SOURCE_URL ?= https://github.com/qwen-npu/qwen-npu
 VCS_REF ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 
@@ -48,14 +50,14 @@ image: ## build the engine image (REGISTRY, TAG, PLATFORM, CHIP=910b|a3)
 	$(check_platform)
 	@case " $(IMAGE_CHIPS) " in *" $(CHIP) "*) ;; *) echo "make $@: CHIP=$(CHIP) is not one of: $(IMAGE_CHIPS); set CHIP=910b (Atlas A2) or CHIP=a3 (Atlas A3)"; exit 2;; esac
 	$(need_docker)
-	DOCKER_BUILDKIT=1 $(DOCKER) build --platform $(PLATFORM) -f docker/engine.Dockerfile \
+	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --platform $(PLATFORM) -f docker/engine.Dockerfile \
 		$(ENGINE_BUILD_ARGS) -t $(ENGINE_IMAGE) .
 	@echo ">> built $(ENGINE_IMAGE) ($(PLATFORM), $(CHIP)); next: make push, or docs/images.md's checklist"
 
 image-sidecar: ## build the sidecar image (REGISTRY, TAG, PLATFORM)
 	$(check_platform)
 	$(need_docker)
-	DOCKER_BUILDKIT=1 $(DOCKER) build --platform $(PLATFORM) -f docker/sidecar.Dockerfile \
+	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --platform $(PLATFORM) -f docker/sidecar.Dockerfile \
 		$(SIDECAR_BUILD_ARGS) -t $(SIDECAR_IMAGE) .
 	@echo ">> built $(SIDECAR_IMAGE) ($(PLATFORM)); its size must stay under 200 MB: $(DOCKER) image ls $(SIDECAR_IMAGE)"
 

@@ -5,7 +5,8 @@
 #   make mtp-off | mtp-on                    speculative decoding (MTP/NEXTN) off / on
 #   make patch-off PATCH=<name> | patch-on   one runtime patch off / on (QWEN_NPU_DISABLE_PATCHES)
 #   make rollback [REVISION=n]               helm rollback (default: the previous revision), then the same checks
-#   make status                              release history, user values, pods, the sidecar's /status
+#   make status                              release history, user values, pods, the sidecar's /status,
+#                                            the router's view of its workers (when router.enabled)
 # Variables: RELEASE (qwen-npu), NAMESPACE (default), CHART (helm/qwen-npu), ROLLOUT_TIMEOUT (35m:
 # a Recreate rollout reloads the model, up to the chart's startup budget of 30 min),
 # ENGINE_KIND (deployment; leaderworkerset for multi-node engines), HELM, KUBECTL, ONCALL_PYTHON.
@@ -52,6 +53,11 @@ KNS = $(KUBECTL) --namespace $(NAMESPACE)
 sidecar_get = import sys, urllib.request as u, urllib.error as e; U = 'http://127.0.0.1:$(SIDECAR_PORT)$(1)'; exec('try: r = u.urlopen(U, timeout=10); c, b = r.status, r.read()\nexcept e.HTTPError as x: c, b = x.code, x.read()\nexcept OSError as x: c, b = 0, str(x).encode()'); print('$(1)', c, b.decode()); sys.exit(c != 200)
 READYZ_PY = $(call sidecar_get,/readyz)
 STATUS_PY = $(call sidecar_get,/status)
+# Runs in the router container (the engine image: Python, no curl): the router's view of its
+# workers from GET /workers, one line per worker (url, healthy, load), then the totals.
+ROUTER_PORT ?= 30000
+ROUTER_SELECTOR := app.kubernetes.io/instance=$(RELEASE),app.kubernetes.io/component=router
+ROUTER_WORKERS_PY = import json, sys, urllib.request as u; U = 'http://127.0.0.1:$(ROUTER_PORT)/workers'; exec('try: w = json.load(u.urlopen(U, timeout=10)).get(\"workers\", [])\nexcept Exception as x: print(U, x); sys.exit(1)'); [print('router worker', x.get('url'), 'healthy=' + str(x.get('is_healthy')).lower(), 'load=' + str(x.get('load'))) for x in w]; bad = [x for x in w if not x.get('is_healthy')]; print('router workers:', len(w), 'healthy:', len(w) - len(bad)); sys.exit(1 if bad or not w else 0)
 
 # Rollout, pod readiness, the sidecar's /readyz; the next step when one fails. `kubectl rollout
 # status` knows Deployments only: a LeaderWorkerSet engine waits on its pods.
@@ -131,4 +137,8 @@ status: ## on-call: release history, values, pods and the sidecar's /status
 	pod=$$($(KNS) get pod --selector $(SERVING_SELECTOR) -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true); \
 	if [ -z "$$pod" ]; then echo "$@: no serving engine pod of release $(RELEASE) in $(NAMESPACE); next: kubectl --namespace $(NAMESPACE) get events --sort-by=.lastTimestamp"; exit 1; fi; \
 	run $(KNS) exec "$$pod" -c sidecar -- python3 -c "$(STATUS_PY)" \
-	|| { echo "$@: the sidecar of $$pod did not answer /status (its error is above); next: kubectl --namespace $(NAMESPACE) logs $$pod -c sidecar --tail=50"; exit 1; }
+	|| { echo "$@: the sidecar of $$pod did not answer /status (its error is above); next: kubectl --namespace $(NAMESPACE) logs $$pod -c sidecar --tail=50"; exit 1; }; \
+	router=$$($(KNS) get pod --selector $(ROUTER_SELECTOR) -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true); \
+	if [ -z "$$router" ]; then echo "$@: no router pod in release $(RELEASE) (router.enabled=false): clients reach the engine Service directly"; exit 0; fi; \
+	run $(KNS) exec "$$router" -c router -- python3 -c "$(ROUTER_WORKERS_PY)" \
+	|| { echo "$@: the router $$router lists no worker or an unhealthy one (above); next: docs/runbook.md#qwennpurouterworkerejected"; exit 1; }

@@ -3,8 +3,9 @@
 Why: the tests and `make chart` need the same scenarios (every profile with MTP on and off, every
 ci/ overlay) rendered the same way, and the same validation: kubernetes-validate's strict schemas
 for built-in kinds, the schemas kept in tools/schemas/ for the custom resources (and
-Kubernetes' PodTemplateSpec for the pod templates inside a LeaderWorkerSet). Schemas are loaded once
-per (Kubernetes version, kind): validating hundreds of documents stays fast.
+Kubernetes' PodTemplateSpec for the pod templates inside a LeaderWorkerSet, and the Volcano CRD
+for the PodGroup the LWS controller creates per group when Volcano gang-schedules it). Schemas are
+loaded once per (Kubernetes version, kind): validating hundreds of documents stays fast.
 
     python -m tools.chart render --out out/chart    # lint + render every scenario
     python -m tools.chart package --out out/chart   # helm package
@@ -18,6 +19,7 @@ import json
 import re
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHART_DIR = REPO / "helm" / "qwen-npu"
 PROFILES_DIR = CHART_DIR / "profiles"
 CI_DIR = CHART_DIR / "ci"
+CHIPS_DIR = CHART_DIR / "chips"
+RECIPES = CHART_DIR / "recipes.yaml"
 CR_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 RELEASE = "qwen-npu"
 NAMESPACE = "llm"
@@ -45,7 +49,11 @@ CR_KINDS = {
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset-leaderworkerset-v1.json",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroup-scheduling-v1beta1.json",
 }
+
+# npu.runtime modes every profile renders with (issue 14: profile x MTP x runtime).
+RUNTIMES = {"ascend-docker-runtime": "", "hostPath": "-npu-hostpath"}
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -77,17 +85,23 @@ def ci_overlays() -> list[Path]:
 
 
 def scenarios() -> dict[str, dict[str, Any]]:
-    """Named user-values sets: every profile with MTP on and off, every ci/ overlay."""
+    """Named user-values sets: every profile with MTP on and off in every npu.runtime mode, every
+    ci/ overlay, the LWS profile with the optional parts on, a single-node profile on an A3."""
     found: dict[str, dict[str, Any]] = {}
     for profile in profiles():
-        found[f"{profile.stem}-mtp-on"] = values_from(profile, extra={"mtp": {"enabled": True}})
-        found[f"{profile.stem}-mtp-off"] = values_from(profile, extra={"mtp": {"enabled": False}})
+        for runtime, suffix in RUNTIMES.items():
+            for mtp in (True, False):
+                name = f"{profile.stem}-mtp-{'on' if mtp else 'off'}{suffix}"
+                extra = {"mtp": {"enabled": mtp}, "npu": {"runtime": runtime}}
+                found[name] = values_from(profile, extra=extra)
     for overlay in ci_overlays():
         found[f"ci-{overlay.stem.removesuffix('-values')}"] = values_from(overlay)
     # The largest checkpoint (a LeaderWorkerSet) with the optional parts on.
     big = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml"
-    for part in ("router", "hpa", "apikey"):
+    for part in ("router", "hpa", "apikey", "multinode", "guaranteed"):
         found[f"397b-{part}"] = values_from(big, CI_DIR / f"{part}-values.yaml")
+    mid = PROFILES_DIR / "qwen3.5-122b-a10b-w8a8.yaml"
+    found["122b-a3"] = values_from(mid, CHIPS_DIR / "a3.yaml")
     return found
 
 
@@ -174,6 +188,87 @@ def engine_args(docs: list[dict[str, Any]], role: str | None = None) -> list[str
     raise AssertionError(f"no engine pod template with role {role}")
 
 
+# --- Volcano gang scheduling of LeaderWorkerSet groups ------------------------------------------
+
+_SUFFIX = {
+    "": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}  # fmt: skip
+
+
+def quantity(text: Any) -> Decimal:
+    """A Kubernetes quantity ("500m", "128Gi", 8) as a number."""
+    match = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(text))
+    if match is None or match[2] not in _SUFFIX:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return Decimal(match[1]) * Decimal(_SUFFIX[match[2]])
+
+
+def _format_quantity(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def pod_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
+    """Kubernetes' effective requests of a pod (what the scheduler and LWS's PodGroup sum): the
+    containers plus the native sidecars, or the largest init container with the sidecars started
+    before it, whichever is larger per resource."""
+
+    def requests(c: dict[str, Any]) -> dict[str, Decimal]:
+        return {k: quantity(v) for k, v in c.get("resources", {}).get("requests", {}).items()}
+
+    total: dict[str, Decimal] = {}
+    for c in spec["containers"]:
+        for k, v in requests(c).items():
+            total[k] = total.get(k, Decimal(0)) + v
+    sidecars: dict[str, Decimal] = {}
+    for c in spec.get("initContainers", []):
+        if c.get("restartPolicy") == "Always":
+            for k, v in requests(c).items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + v
+                total[k] = total.get(k, Decimal(0)) + v
+        else:
+            for k, v in requests(c).items():
+                total[k] = max(total.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
+    return total
+
+
+def volcano_podgroup(lws: dict[str, Any], group: int = 0) -> dict[str, Any] | None:
+    """The PodGroup the LWS controller's Volcano provider creates for one group of a rendered
+    LeaderWorkerSet (kubernetes-sigs/lws pkg/schedulerprovider/volcano_provider.go: named
+    `<lws>-<group>-<revision>`, minMember = size with startupPolicy LeaderCreated, minResources =
+    the leader's requests plus (size - 1) workers', queue from the
+    scheduling.volcano.sh/queue-name annotation), or None when Volcano does not schedule it."""
+    if lws.get("kind") != "LeaderWorkerSet":
+        return None
+    templates = dict(pod_templates(lws))
+    if templates["worker"]["spec"].get("schedulerName") != "volcano":
+        return None
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    size = int(lwt.get("size", 1))
+    leader = pod_requests(templates.get("leader", templates["worker"])["spec"])
+    worker = pod_requests(templates["worker"]["spec"])
+    resources = {k: leader.get(k, Decimal(0)) + (size - 1) * worker.get(k, Decimal(0))
+                 for k in sorted(leader.keys() | worker.keys())}  # fmt: skip
+    spec: dict[str, Any] = {
+        "minMember": 1 if lws["spec"].get("startupPolicy") == "LeaderReady" else size,
+        "minResources": {k: _format_quantity(v) for k, v in resources.items()},
+    }
+    queue = lws["metadata"].get("annotations", {}).get("scheduling.volcano.sh/queue-name")
+    if queue:
+        spec["queue"] = queue
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": f"{lws['metadata']['name']}-{group}-revision",
+            "namespace": lws["metadata"].get("namespace", NAMESPACE),
+        },
+        "spec": spec,
+    }
+
+
 # --- validation -------------------------------------------------------------------------------
 
 
@@ -255,7 +350,11 @@ def is_builtin(doc: dict[str, Any], version: str = KUBE_VERSIONS[-1]) -> bool:
 
 
 def validate(doc: dict[str, Any], version: str) -> list[str]:
-    """Strict schema errors of one object for one Kubernetes minor (empty list = valid)."""
+    """Strict schema errors of one object for one Kubernetes minor (empty list = valid).
+
+    A LeaderWorkerSet that Volcano schedules also has the PodGroup the LWS controller would create
+    for its groups (`volcano_podgroup`) checked against the Volcano CRD schema.
+    """
     where = f"{doc['kind']}/{doc['metadata'].get('name')} (k8s {version})"
     cr = CR_KINDS.get((doc["apiVersion"], doc["kind"]))
     if cr is not None:
@@ -264,6 +363,9 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
         assert pod is not None
         for role, template in pod_templates(doc):
             errors += _errors(pod, template, f"{where} {role}Template")
+        group = volcano_podgroup(doc)
+        if group is not None:
+            errors += validate(group, version)
         return errors
     validator = _STORE.validator(version, _kube_filename(doc))
     if validator is None:

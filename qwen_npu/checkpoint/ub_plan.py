@@ -9,7 +9,13 @@ request dies with ``ub overflow``. One pure rule, shared by the runtime patch
 
 Contract (docs/architecture.md): ``plan(value_head_dim, key_head_dim, dtype, num_heads=None,
 ub_bytes=196608, buffers=2) -> UbPlan``; ``h_block_size`` is the largest power of two h (h <=
-num_heads and dividing it, when num_heads is known) whose buffered tile fits; at least 1.
+num_heads, when num_heads is known) whose buffered tile fits; at least 1.
+
+h need not divide num_heads: the kernel loops over H in steps of h with a mask ``h < H`` (checked
+under Triton's CPU interpreter, sgl-kernel-npu tag 2026.08.21), so a last, partly masked block is
+moved correctly, and fewer, larger blocks mean fewer loop steps (bf16 100x100 with H=3 gets 2, not
+1). h stays a power of two (``tl.arange`` compiles only for one) and at most H (a block beyond H
+would spend UB on rows that are all masked).
 """
 
 from __future__ import annotations
@@ -123,7 +129,7 @@ def plan(
     h = 1
     while True:
         bigger = h * 2
-        if num_heads is not None and (bigger > num_heads or num_heads % bigger):
+        if num_heads is not None and bigger > num_heads:
             break
         if buffers * bigger * plane_bytes > ub_bytes:
             break

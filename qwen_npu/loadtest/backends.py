@@ -18,10 +18,11 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qwen_npu.loadtest.dataset import DatasetRow
+from qwen_npu.loadtest.wire import StreamBroken, WireSession
 
 if TYPE_CHECKING:  # requests is imported late: locust's gevent patching must come first
     import requests
@@ -55,18 +56,7 @@ class RequestOutput:
     spec_verify_ct: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "success": self.success,
-            "prompt_len": self.prompt_len,
-            "output_len": self.output_len,
-            "start_time": self.start_time,
-            "ttft": self.ttft,
-            "latency": self.latency,
-            "itl": self.itl,
-            "error": self.error,
-            "spec_verify_ct": self.spec_verify_ct,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestOutput:
@@ -88,14 +78,18 @@ def error_reason(exc: BaseException) -> str:
     """A short, countable reason for a failed request (the class, not the whole message)."""
     import requests
 
+    if isinstance(exc, StreamBroken):
+        return "stream broken"
     if isinstance(exc, requests.exceptions.ConnectionError):
         return "connection error"
-    if isinstance(exc, requests.exceptions.Timeout):
+    if isinstance(exc, TimeoutError | requests.exceptions.Timeout):
         return "timeout"
     if isinstance(exc, requests.exceptions.ChunkedEncodingError):
         return "stream broken"
     if isinstance(exc, ValueError):
         return "malformed chunk"
+    if isinstance(exc, OSError):  # a socket error on the wire path
+        return "connection error"
     return type(exc).__name__
 
 
@@ -114,6 +108,7 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[int, int], bytes] = {}
+        self._wire: dict[tuple[int, int, int], bytes] = {}
         self._settings: dict[str, dict[str, Any]] = {}
 
     def body(self, inp: RequestInput) -> bytes:
@@ -124,12 +119,16 @@ class Backend(ABC):
             data = self._bodies[key] = json.dumps(self.payload(inp)).encode()
         return data
 
-    def request(self, session: requests.Session, inp: RequestInput) -> RequestOutput:
+    def request(self, session: requests.Session | WireSession, inp: RequestInput) -> RequestOutput:
         """Send one streamed request; never raises: failures come back with a reason.
 
         The request is fully prepared (body encoded, headers merged, proxies resolved) before the
         start stamp, so the timings hold the server and the wire, not the client's bookkeeping.
+        A ``WireSession`` (plain http://, what the bench users hold) sends the prepared bytes and
+        reads the stream itself (wire.py); a ``requests.Session`` serves https:// and the rest.
         """
+        if isinstance(session, WireSession):
+            return self._request_wire(session, inp)
         import requests
 
         out = RequestOutput(index=inp.index, prompt_len=inp.row.prompt_len)
@@ -163,6 +162,34 @@ class Backend(ABC):
         finally:
             if resp is not None:
                 resp.close()
+        if out.ttft <= 0.0 and not out.error:
+            out.error = "no token streamed"
+        out.success = not out.error
+        return out
+
+    def _request_wire(self, session: WireSession, inp: RequestInput) -> RequestOutput:
+        out = RequestOutput(index=inp.index, prompt_len=inp.row.prompt_len)
+        out.output_len = inp.row.output_len
+        key = (inp.index, inp.row.output_len, id(session))
+        data = self._wire.get(key)
+        if data is None:
+            data = self._wire[key] = session.request_bytes("POST", self.path, self.body(inp))
+        try:
+            out.start_time = time.time()
+            st = time.perf_counter()
+            status, lines = session.send(data)
+            if status != 200:
+                for _ in lines:  # the error body, so the connection stays usable
+                    pass
+                out.error = f"HTTP {status}"
+                return out
+            self.read_stream(lines, st, out)
+            if out.error:
+                session.close()  # the rest of the stream is not read
+        except Exception as exc:  # a flaky server must not end the run
+            session.close()
+            out.error = error_reason(exc)
+            return out
         if out.ttft <= 0.0 and not out.error:
             out.error = "no token streamed"
         out.success = not out.error

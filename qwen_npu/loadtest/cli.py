@@ -20,6 +20,7 @@ from qwen_npu.loadtest.config import DEFAULT_TARGET, BenchConfig
 from qwen_npu.loadtest.dataset import (
     DATASET_MAPPING,
     DEFAULT_VOCAB_SIZE,
+    DatasetConfig,
     DatasetError,
     get_dataset,
     vocab_size_from_tokenizer,
@@ -36,14 +37,15 @@ from qwen_npu.loadtest.report import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = BenchConfig()
+    d = BenchConfig().data
+    c = BenchConfig()
     p = OneLineParser(
         prog="qwen-npu bench",
         description="Locust load test with sglang.benchmark.serving's dataset and metrics.",
     )
     p.add_argument("--target", default=DEFAULT_TARGET, help="engine base URL (%(default)s)")
-    p.add_argument("--api", default=d.api, choices=sorted(BACKEND_MAPPING))
-    p.add_argument("--concurrency", "-c", type=int, default=d.concurrency, help="closed-loop users")
+    p.add_argument("--api", default=c.api, choices=sorted(BACKEND_MAPPING))
+    p.add_argument("--concurrency", "-c", type=int, default=c.concurrency, help="closed-loop users")
     p.add_argument(
         "--sweep", default=None, help='run once per concurrency, e.g. "1 5 10" (overrides -c)'
     )
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=d.output_len)
     p.add_argument("--range-ratio", type=float, default=d.range_ratio)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--dataset", default=d.dataset, choices=sorted(DATASET_MAPPING))
+    p.add_argument("--dataset", default=c.dataset, choices=sorted(DATASET_MAPPING))
     p.add_argument("--tokenizer", default=None, help="folder with tokenizer.json (vocab size)")
     p.add_argument(
         "--vocab-size",
@@ -60,17 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"token-id range when no --tokenizer (default {DEFAULT_VOCAB_SIZE})",
     )
-    p.add_argument("--model", default=d.model, help="model name for API=openai")
-    p.add_argument("--workers", type=int, default=d.workers, help="locust worker processes")
+    p.add_argument("--model", default=c.model, help="model name for API=openai")
+    p.add_argument("--workers", type=int, default=c.workers, help="locust worker processes")
     p.add_argument("--output", default=None, help="JSONL file to append one line per run to")
     p.add_argument("--baseline", default=None, help="JSONL with earlier runs to compare against")
     p.add_argument("--threshold", action="append", default=[], help="key=percent (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
-    p.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s, help="seconds")
+    p.add_argument("--ready-timeout", type=float, default=c.ready_timeout_s, help="seconds")
     p.add_argument(
         "--ramp-ms-per-user",
         type=float,
-        default=d.ramp_ms_per_user,
+        default=c.ramp_ms_per_user,
         help="users start this many ms apart (%(default)s; 0 = all at once)",
     )
     p.add_argument("--tag", default=None, help="free text stored in the JSONL line")
@@ -110,12 +112,14 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         target=args.target.rstrip("/"),
         api=args.api,
         concurrency=args.concurrency,
-        num_prompts=args.num_prompts,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        range_ratio=args.range_ratio,
-        seed=args.seed,
-        vocab_size=vocab,
+        data=DatasetConfig(
+            num_prompts=args.num_prompts,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            range_ratio=args.range_ratio,
+            seed=args.seed,
+            vocab_size=vocab,
+        ),
         model=args.model,
         workers=args.workers,
         dataset=args.dataset,
@@ -124,32 +128,18 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ramp_ms_per_user=args.ramp_ms_per_user,
         tag=args.tag,
     )
-    get_dataset(config.dataset, config.dataset_config())  # validates the numbers
+    get_dataset(config.dataset, config.data)  # validates the numbers
     return config
 
 
-def _run_one(config: BenchConfig) -> tuple[dict[str, Any], bool]:
+def run_one(config: BenchConfig) -> tuple[dict[str, Any], bool]:
     from qwen_npu.loadtest import runner  # imports locust (gevent monkey-patching): only here
     from qwen_npu.loadtest.server_counters import accept_length
 
     result = runner.run(config)
     metrics = calculate_metrics(result.outputs, result.duration_s)
-    info = RunInfo(
-        target=config.target,
-        api=config.api,
-        concurrency=config.concurrency,
-        num_prompts=config.num_prompts,
-        input_len=config.input_len,
-        output_len=config.output_len,
-        range_ratio=config.range_ratio,
-        seed=config.seed,
-        vocab_size=config.vocab_size,
-        workers=config.workers,
-        dataset=config.dataset,
-        tag=config.tag,
-    )
     record = build_record(
-        info,
+        RunInfo.of(config),
         metrics,
         accept_length=accept_length(result.before, result.after),
         server_info=result.server_info,
@@ -185,7 +175,7 @@ def main(argv: list[str]) -> int:
     interrupted = False
     for conc in concs:
         try:
-            record, interrupted = _run_one(replace(config, concurrency=conc))
+            record, interrupted = run_one(replace(config, concurrency=conc))
         except TargetNotReady as exc:
             say(str(exc))
             return 1

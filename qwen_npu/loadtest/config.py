@@ -2,16 +2,20 @@
 
 Distributed workers and ``make bench-ui`` build their state from the same record, passed as JSON in
 the ``QWEN_NPU_BENCH_CONFIG`` environment variable, so every process sends the same dataset.
+
+The dataset's own numbers (prompts, lengths, ratio, seed, vocabulary) live in one
+``DatasetConfig`` that the bench config holds (``config.data``); the flat names
+(``config.num_prompts`` ...) read through to it, so the callers say what they mean.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from qwen_npu.loadtest.dataset import DEFAULT_VOCAB_SIZE, DatasetConfig
+from qwen_npu.loadtest.dataset import DatasetConfig
 
 ENV_VAR = "QWEN_NPU_BENCH_CONFIG"
 DEFAULT_TARGET = "http://127.0.0.1:30000"
@@ -24,12 +28,7 @@ class BenchConfig:
     target: str = DEFAULT_TARGET
     api: str = "generate"
     concurrency: int = 10
-    num_prompts: int = 100
-    input_len: int = 1024
-    output_len: int = 100
-    range_ratio: float = 1.0
-    seed: int = 42
-    vocab_size: int = DEFAULT_VOCAB_SIZE
+    data: DatasetConfig = field(default_factory=DatasetConfig)
     model: str = "default"
     workers: int = 0
     dataset: str = "random-ids"
@@ -43,15 +42,30 @@ class BenchConfig:
     ramp_ms_per_user: float = 1.0
     tag: str | None = None
 
-    def dataset_config(self) -> DatasetConfig:
-        return DatasetConfig(
-            num_prompts=self.num_prompts,
-            input_len=self.input_len,
-            output_len=self.output_len,
-            range_ratio=self.range_ratio,
-            seed=self.seed,
-            vocab_size=self.vocab_size,
-        )
+    # The dataset's numbers, read through (one place holds them: ``data``).
+    @property
+    def num_prompts(self) -> int:
+        return self.data.num_prompts
+
+    @property
+    def input_len(self) -> int:
+        return self.data.input_len
+
+    @property
+    def output_len(self) -> int:
+        return self.data.output_len
+
+    @property
+    def range_ratio(self) -> float:
+        return self.data.range_ratio
+
+    @property
+    def seed(self) -> int:
+        return self.data.seed
+
+    @property
+    def vocab_size(self) -> int:
+        return self.data.vocab_size
 
     def with_concurrency(self, concurrency: int) -> BenchConfig:
         return replace(self, concurrency=concurrency)
@@ -62,7 +76,7 @@ class BenchConfig:
     @classmethod
     def from_json(cls, text: str) -> BenchConfig:
         data: dict[str, Any] = json.loads(text)
-        return cls(**data)
+        return cls(**{**data, "data": DatasetConfig(**data["data"])})
 
     @classmethod
     def from_env(cls) -> BenchConfig | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import FrameType
+
+from qwen_npu.testing import processes
 
 PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
 SIDECAR_LINES = (
@@ -35,76 +36,20 @@ def say(msg: str) -> None:
     print(f"demo: {msg}", flush=True)
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        # As the servers do (uvicorn): connections of a previous run in TIME_WAIT do not block it.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def pick_port(preferred: int) -> int:
     """``preferred`` when free, else any free port (0 asks for any free port)."""
-    if preferred and port_free(preferred):
+    if preferred and processes.port_free(preferred):
         return preferred
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return processes.free_port()
 
 
-def http_ok(url: str, timeout: float = 2.0) -> bool:
+def came_up(url: str, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    """Whether GET ``url`` answered 200 before ``timeout_s`` and before ``proc`` exited."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return int(resp.status) == 200
-    except (urllib.error.URLError, OSError):
+        processes.wait_http(url, timeout_s=timeout_s, proc=proc, log=log)
+    except (processes.WaitTimeout, processes.ProcessExited):
         return False
-
-
-def wait_for(url: str, timeout_s: float, proc: subprocess.Popen[bytes]) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        if http_ok(url):
-            return True
-        time.sleep(0.25)
-    return False
-
-
-class Children:
-    """The processes the demo started; ``stop()`` ends each of them (terminate, then kill)."""
-
-    def __init__(self) -> None:
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def start(
-        self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
-        with log.open("wb") as f:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=None if env is None else {**os.environ, **env},
-            )
-        self.procs.append((name, proc))
-        return proc
-
-    def stop(self) -> None:
-        for name, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
-                say(f"stopped {name} (pid {proc.pid})")
-        self.procs.clear()
+    return True
 
 
 def sidecar_sample(url: str) -> list[str]:
@@ -128,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
     sidecar_port = pick_port(args.sidecar_port)
     engine = f"http://127.0.0.1:{engine_port}"
     sidecar = f"http://127.0.0.1:{sidecar_port}"
-    children = Children()
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        children.append((name, processes.start(cmd, log=log, env=env)))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -139,18 +87,18 @@ def run(args: argparse.Namespace) -> int:
             f"1/4 starting the SGLang simulator (profile {PROFILE}: Qwen3.6-35B-A3B W8A8, TP2, "
             f"MTP accept length 2.5) on {engine}; it is NOT a model, its text is synthetic"
         )
-        sim = children.start(
+        start(
             "simulator",
             [py, "-m", "qwen_npu", "sim", "--profile", PROFILE, "--port", str(engine_port),
              "--host", "127.0.0.1"],
             out / "sim.log",
         )  # fmt: skip
         say("   waiting for the simulated engine to load (its profile takes 5 s to start)")
-        if not wait_for(f"{engine}/health", 60, sim):
+        if not came_up(f"{engine}/health", 60, children[-1][1], out / "sim.log"):
             say(f"the simulator did not come up; see {out / 'sim.log'}")
             return 1
         say(f"2/4 starting the sidecar on {sidecar} (watching {engine})")
-        side = children.start(
+        start(
             "sidecar",
             [py, "-m", "qwen_npu", "sidecar", "--engine-url", engine, "--host", "127.0.0.1",
              "--port", str(sidecar_port), "--state-dir", str(out / "state")],
@@ -159,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             # canary every 10 s (default 60 s), so the sidecar has something to show at the end.
             env={"QWEN_NPU_INFO_INTERVAL_S": "2", "QWEN_NPU_CANARY_INTERVAL_S": "10"},
         )  # fmt: skip
-        sidecar_up = wait_for(f"{sidecar}/livez", 30, side)
+        sidecar_up = came_up(f"{sidecar}/livez", 30, children[-1][1], out / "sidecar.log")
         if not sidecar_up:
             say(f"the sidecar did not come up (see {out / 'sidecar.log'}); going on without it")
         say(
@@ -188,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
         say("interrupted; stopping what was started")
         return 130
     finally:
-        children.stop()
+        for name, proc in reversed(children):
+            if proc.poll() is None:
+                processes.stop(proc)
+                say(f"stopped {name} (pid {proc.pid})")
 
 
 def main(argv: list[str] | None = None) -> int:

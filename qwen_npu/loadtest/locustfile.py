@@ -5,8 +5,9 @@ worker processes), by those workers (``locust --worker -f <this file>``), and by
 (locust's own web UI, where the dataset cycles until you press stop).
 
 Each user takes the next dataset index from a ticket source (a counter in one process; the master,
-by message, in distributed mode), sends it through the chosen backend with ``HttpUser``'s
-``requests`` session (``stream=True``, ``iter_lines``: chunks stamped on arrival), and hands the
+by message, in distributed mode), sends it through the chosen backend on its own kept-alive
+connection (wire.py for http://, opened before the measured phase; a ``requests`` session for
+https://; chunks stamped on arrival), and hands the
 measured ``RequestOutput`` to a sink (a list in one process; a message to the master otherwise).
 When the tickets run out the user stops. Locust's own statistics get a TTFT and an E2E entry per
 request.
@@ -29,11 +30,13 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from qwen_npu.loadtest.backends import Backend, RequestInput, RequestOutput, get_backend
 from qwen_npu.loadtest.config import BenchConfig
-from qwen_npu.loadtest.dataset import DatasetRow, get_dataset
+from qwen_npu.loadtest.dataset import DatasetConfig, DatasetRow, get_dataset
+from qwen_npu.loadtest.wire import WireSession
 
 MSG_TICKET_REQUEST = "qwen_npu_ticket_request"
 MSG_TICKET = "qwen_npu_ticket"
 MSG_RESULT = "qwen_npu_result"
+CLIENT_ENV = "QWEN_NPU_BENCH_CLIENT"
 
 
 class BenchState:
@@ -46,17 +49,43 @@ class BenchState:
         sink: Callable[[RequestOutput], None],
     ) -> None:
         self.config = config
-        self.rows: list[DatasetRow] = get_dataset(config.dataset, config.dataset_config()).load()
+        self.rows: list[DatasetRow] = get_dataset(config.dataset, config.data).load()
         self.backend: Backend = get_backend(config.api)
         self.next_ticket = next_ticket
         self.sink = sink
         self.users_started = 0
+        self.warm_sessions: list[WireSession] = []
+
+    def prewarm(self, target: str, count: int) -> None:
+        """Open ``count`` user connections now, before the measured phase starts its clock."""
+        if _wire_for(target):
+            for _ in range(count):
+                session = WireSession(target)
+                session.warm()
+                self.warm_sessions.append(session)
+
+    def session_for(self, target: str) -> requests.Session | WireSession:
+        """A user's connection: a pre-warmed one, else a new one opened now (http://), or a
+        requests session (https://, proxies)."""
+        if not _wire_for(target):
+            return requests.Session()
+        if self.warm_sessions:
+            return self.warm_sessions.pop()
+        session = WireSession(target)
+        session.warm()
+        return session
 
     def start_delay_s(self) -> float:
         """Users start ``ramp_ms_per_user`` apart (see BenchConfig): the first wave is no burst."""
         k = self.users_started
         self.users_started += 1
         return k * self.config.ramp_ms_per_user / 1000.0
+
+
+def _wire_for(target: str) -> bool:
+    """The wire client serves plain http:// targets, unless ``QWEN_NPU_BENCH_CLIENT=requests``
+    asks for the requests client (the one before it; `make perf-loadtest` measures both)."""
+    return target.startswith("http://") and os.environ.get(CLIENT_ENV, "wire") != "requests"
 
 
 class CountingTickets:
@@ -139,9 +168,10 @@ class BenchUser(HttpUser):
     def on_start(self) -> None:
         # A plain requests.Session (what HttpUser's client is built on) per user: one kept-alive
         # connection, and none of HttpSession's per-request bookkeeping inside the timings.
-        self.stream_session = requests.Session()
         state: BenchState | None = getattr(self.environment, "qwen_bench", None)
+        self.stream_session: requests.Session | WireSession = requests.Session()
         if state is not None:
+            self.stream_session = state.session_for(self.host or state.config.target)
             gevent.sleep(state.start_delay_s())
 
     def on_stop(self) -> None:
@@ -172,9 +202,9 @@ class BenchUser(HttpUser):
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _add_arguments(parser: Any, **_: Any) -> None:
-    defaults = BenchConfig()
+    defaults = BenchConfig().data
     group = parser.add_argument_group("qwen-npu bench")
-    group.add_argument("--api", default=defaults.api, help="generate or openai")
+    group.add_argument("--api", default=BenchConfig().api, help="generate or openai")
     group.add_argument("--num-prompts", type=int, default=defaults.num_prompts)
     group.add_argument("--input-len", type=int, default=defaults.input_len)
     group.add_argument("--output-len", type=int, default=defaults.output_len)
@@ -203,12 +233,14 @@ def _on_init(environment: Environment, **_: Any) -> None:
         config = BenchConfig(
             target=environment.host or BenchUser.host,
             api=opts.api,
-            num_prompts=opts.num_prompts,
-            input_len=opts.input_len,
-            output_len=opts.output_len,
-            range_ratio=opts.range_ratio,
-            seed=opts.seed,
-            vocab_size=opts.vocab_size,
+            data=DatasetConfig(
+                num_prompts=opts.num_prompts,
+                input_len=opts.input_len,
+                output_len=opts.output_len,
+                range_ratio=opts.range_ratio,
+                seed=opts.seed,
+                vocab_size=opts.vocab_size,
+            ),
             ramp_ms_per_user=0.0,  # the web UI ramps with its own spawn rate
         )
     if config is not None:

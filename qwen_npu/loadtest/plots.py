@@ -1,4 +1,4 @@
-"""The sweep's picture and HTML report: TTFT, TPOT and output throughput against concurrency.
+"""The pictures and HTML reports: the sweep's, and the comparison's (bench-compare, mtp-tune).
 
 Written beside the JSONL (``<output stem>.png`` and ``.html``) so a capacity review can look rather
 than read. Matplotlib's Agg backend: no display needed. The HTML is self-contained (the PNG is
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.loadtest.compare_stats import METRICS, Cell
 from qwen_npu.loadtest.report import format_table
 
 
@@ -70,5 +71,67 @@ def write_html(records: Sequence[dict[str, Any]], png: str | Path, path: str | P
         f"src='data:image/png;base64,{img}'></body></html>"
     )
     out = Path(path)
+    out.write_text(body)
+    return out
+
+
+def write_compare_png(
+    summary: dict[int, dict[str, Cell]], labels: Sequence[str], path: str | Path
+) -> Path:
+    """One panel per compared figure against CONC: each side's median, its range as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    concs = sorted(summary)
+    fig, axes = plt.subplots(
+        1, len(METRICS), figsize=(4.5 * len(METRICS), 4), constrained_layout=True
+    )
+    for ax, (key, title, better) in zip(axes, METRICS, strict=True):
+        for label in labels:
+            xs = [c for c in concs if label in summary[c]]
+            spreads = [summary[c][label].figures[key] for c in xs]
+            med = [s.median for s in spreads]
+            err = [[s.median - s.lo for s in spreads], [s.hi - s.median for s in spreads]]
+            ax.errorbar(xs, med, yerr=err, marker="o", capsize=4, label=label)
+        ax.set_title(f"{title} ({better} is better)")
+        ax.set_xlabel("concurrency")
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(concs)
+        ax.set_xticklabels([str(c) for c in concs])
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle("qwen-npu bench-compare: median and range over repeats")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def write_compare_html(
+    summary: dict[int, dict[str, Cell]],
+    labels: Sequence[str],
+    text: str,
+    png: str | Path,
+    path: str | Path,
+) -> Path:
+    """A one-page report: the printed tables (one per concurrency) and the embedded PNG."""
+    img = base64.b64encode(Path(png).read_bytes()).decode()
+    title = "qwen-npu bench-compare: " + " vs ".join(labels)
+    body = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "</head><body style='font-family:sans-serif'>"
+        f"<h1>{html.escape(title)}</h1><p>concurrencies {', '.join(map(str, sorted(summary)))}"
+        "; figures are medians with their range over the repeats (min..max); a verdict is "
+        "given only where the ranges do not overlap.</p>"
+        f"<pre>{html.escape(text)}</pre>"
+        f"<img alt='compared figures against concurrency' src='data:image/png;base64,{img}'>"
+        "</body></html>"
+    )
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(body)
     return out

@@ -13,10 +13,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qwen_npu import __version__
 from qwen_npu.loadtest.metrics import BenchmarkMetrics
+
+if TYPE_CHECKING:
+    from qwen_npu.loadtest.config import BenchConfig
 
 UPSTREAM_BACKEND = {"generate": "sglang", "openai": "sglang-oai"}
 
@@ -37,6 +40,25 @@ class RunInfo:
     workers: int = 0
     dataset: str = "random-ids"
     tag: str | None = None
+
+    @classmethod
+    def of(cls, config: BenchConfig) -> RunInfo:
+        """The run's arguments from its bench config."""
+        d = config.data
+        return cls(
+            target=config.target,
+            api=config.api,
+            concurrency=config.concurrency,
+            num_prompts=d.num_prompts,
+            input_len=d.input_len,
+            output_len=d.output_len,
+            range_ratio=d.range_ratio,
+            seed=d.seed,
+            vocab_size=d.vocab_size,
+            workers=config.workers,
+            dataset=config.dataset,
+            tag=config.tag,
+        )
 
 
 def verdict(metrics: BenchmarkMetrics, expected: int, interrupted: bool) -> str:

@@ -184,6 +184,8 @@ def run(config: BenchConfig) -> RunResult:
             gevent.sleep(0.1)
     else:
         runner = env.create_local_runner()
+        # Every user's connection open before the clock starts (workers open theirs at start).
+        state.prewarm(config.target, config.concurrency)
 
     stop = {"flag": False}
 

@@ -54,7 +54,7 @@ def verify_all() -> list[dict[str, Any]]:
             outcome = core.record(info, "target-missing", failed)
         else:
             outcome = module.apply()
-        row = outcome.as_dict()
+        row: dict[str, Any] = dict(outcome.as_dict())
         if outcome.state == "applied" and not module.active():
             row["state"] = "drifted"
             row["detail"] = "applied, but the target no longer points at the patch (rebound)"
@@ -100,6 +100,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     finally:
         logger.setLevel(level)
     bad = [r for r in rows if r["state"] not in OK_STATES]
+    idle = [r for r in rows if r["state"] == "applied" and r.get("effect") == "ignored"]
     _, unknown = disabled_patches(os.environ)
     if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
         known = ", ".join(p.name for p in PATCHES)
@@ -111,14 +112,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"ok": not (bad or unknown), "strict": args.strict, "patches": rows}, indent=2
+                {"ok": not (bad or idle or unknown), "strict": args.strict, "patches": rows},
+                indent=2,
             )
         )
     else:
         _print_table(rows)
         for r in bad:
             print(f"{r['name']}: {r['state']}: next: {core.NEXT_STEP[r['state']]}", file=sys.stderr)
-    return 1 if (args.strict and (bad or unknown)) else 0
+        for r in idle:
+            print(
+                f"{r['name']}: applied without effect: next: {core.NEXT_WITHOUT_EFFECT}",
+                file=sys.stderr,
+            )
+    return 1 if (args.strict and (bad or idle or unknown)) else 0
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

@@ -11,6 +11,10 @@ states mean the same thing everywhere (docs/architecture.md):
    from the pinned release's                                 -> ``drifted``, untouched, loud log;
 5. otherwise the patch rebinds the target                    -> ``applied``.
 
+A patch whose benefit depends on a collaborator it does not rebind (the scatter patch only chooses
+the kernel's ``h_block_size``) also reports its ``effect`` when applied: ``tiles`` (the kernel
+uses the value), ``ignored`` (it applies without effect) or ``unknown``.
+
 Each outcome is logged as one structured line, kept in ``OUTCOMES`` for ``qwen-npu patches verify``
 and written to the state file when ``QWEN_NPU_STATE_DIR`` is set.
 """
@@ -65,14 +69,22 @@ class Outcome:
     state: str
     target: str
     detail: str
+    effect: str | None = None  # see the module docstring; None for patches that cannot tell
+
+    @property
+    def without_effect(self) -> bool:
+        return self.state == "applied" and self.effect == "ignored"
 
     def as_dict(self) -> dict[str, str]:
-        return {
+        row = {
             "name": self.name,
             "state": self.state,
             "target": self.target,
             "detail": self.detail,
         }
+        if self.effect is not None:
+            row["effect"] = self.effect
+        return row
 
 
 #: name -> outcome, for this process.
@@ -101,21 +113,32 @@ def is_disabled(name: str) -> bool:
     return name in names or "all" in names
 
 
-def record(info: PatchInfo, state: str, detail: str) -> Outcome:
+#: What to do when an applied patch reports that it changes nothing.
+NEXT_WITHOUT_EFFECT = (
+    "the collaborator this patch tunes no longer uses what it sets; check whether the failure it "
+    "fixes is gone with this version (docs/patches.md), then drop or port the patch"
+)
+
+
+def record(info: PatchInfo, state: str, detail: str, effect: str | None = None) -> Outcome:
     """Keep, log and (when configured) persist one patch's outcome."""
-    outcome = Outcome(info.name, state, info.target, detail)
+    outcome = Outcome(info.name, state, info.target, detail, effect)
     OUTCOMES[info.name] = outcome
+    fields: dict[str, object] = {"effect": effect} if effect is not None else {}
     log(
-        _LEVEL.get(state, "warning"),
+        "warning" if outcome.without_effect else _LEVEL.get(state, "warning"),
         "patch." + state.replace("-", "_"),
         patch=info.name,
         state=state,
         target=info.target,
         detail=detail,
         pid=os.getpid(),
-        next=NEXT_STEP.get(state),
+        **fields,
+        next=NEXT_WITHOUT_EFFECT if outcome.without_effect else NEXT_STEP.get(state),
     )
-    state_file.write_patch_state(info.name, state, target=info.target, detail=detail)
+    state_file.write_patch_state(
+        info.name, state, target=info.target, detail=detail, effect=effect
+    )
     return outcome
 
 
@@ -194,8 +217,12 @@ def run(
     probe: Callable[[T], Probe],
     check: Callable[[T], str | None],
     rebind: Callable[[T], str],
+    effect: Callable[[T], tuple[str, str]] | None = None,
 ) -> Outcome:
-    """The procedure in the module docstring. Never raises: a failure becomes a state."""
+    """The procedure in the module docstring. Never raises: a failure becomes a state.
+
+    ``effect(target) -> (effect, note)`` runs before the rebinding, on the original target.
+    """
     if is_disabled(info.name):
         return record(info, "disabled", f"named in {ENV_DISABLE}")
     try:
@@ -215,11 +242,18 @@ def run(
     mismatch = check(target)
     if mismatch is not None:
         return record(info, "drifted", mismatch + probe_note)
+    effect_name, effect_note = None, ""
+    if effect is not None:
+        try:
+            effect_name, note = effect(target)
+            effect_note = f"; {note}"
+        except Exception as exc:
+            effect_name, effect_note = "unknown", f"; effect unknown ({type(exc).__name__}: {exc})"
     try:
         detail = rebind(target)
     except Exception as exc:
         return record(info, "drifted", f"rebinding failed: {type(exc).__name__}: {exc}")
-    return record(info, "applied", detail + probe_note)
+    return record(info, "applied", detail + effect_note + probe_note, effect_name)
 
 
 class Once(Generic[T]):
@@ -234,17 +268,26 @@ class Once(Generic[T]):
         probe: Callable[[T], Probe],
         check: Callable[[T], str | None],
         rebind: Callable[[T], str],
+        effect: Callable[[T], tuple[str, str]] | None = None,
     ) -> None:
         self.info = info
         self.lock = threading.Lock()
         self._steps = (load, probe, check, rebind)
+        self._effect = effect
         self._outcome: Outcome | None = None
 
     def apply(self) -> Outcome:
         load, probe, check, rebind = self._steps
         with self.lock:
             if self._outcome is None:
-                self._outcome = run(self.info, load=load, probe=probe, check=check, rebind=rebind)
+                self._outcome = run(
+                    self.info,
+                    load=load,
+                    probe=probe,
+                    check=check,
+                    rebind=rebind,
+                    effect=self._effect,
+                )
             return self._outcome
 
     def forget(self) -> None:

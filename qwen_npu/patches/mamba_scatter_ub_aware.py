@@ -16,7 +16,10 @@ fp32 128x128 states, so the first request (or graph capture) dies with
 How: applied when the backend module has been imported (see ``hook``). Drift guard: the 0.5.23
 signature and source fingerprint of ``update_mamba_state_after_mtp_verify``, and a kernel signature
 that still has ``h_block_size``. Behaviour probe: SGLang's method run on tiny CPU tensors against a
-recording stand-in kernel; if it passes ``h_block_size`` itself, the fix is upstream.
+recording stand-in kernel; if it passes ``h_block_size`` itself, the fix is upstream. Effect: the
+installed kernel module's source must still loop over H in steps of ``h_block_size``
+(``kernel_tiling``); if it accepts the parameter and ignores it, the patch is reported as applied
+without effect (``effect: ignored``; ``patches verify --strict`` fails).
 
 Upstream: https://github.com/sgl-project/sglang/pull/34353 (fix 3, the Ascend backend).
 Remove when: SGLang passes ``h_block_size`` itself (this patch then reports ``upstream-fixed``), or
@@ -31,7 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from qwen_npu.checkpoint import ub_plan
-from qwen_npu.patches import core
+from qwen_npu.patches import core, kernel_tiling
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.log import log
 from qwen_npu.patches.registry import get_patch
@@ -174,6 +177,19 @@ def _check(module: Any) -> str | None:
     return None
 
 
+def _effect(module: Any) -> tuple[str, str]:
+    """Whether the kernel this patch tunes still tiles H by ``h_block_size`` (from its source)."""
+    kernel = getattr(module, KERNEL)
+    if kernel is ub_aware_move_intermediate_cache:
+        kernel = _original
+    tiling = kernel_tiling.analyse(kernel)
+    if tiling.verdict == kernel_tiling.TILES:
+        return tiling.verdict, f"kernel tiles by h_block_size: {tiling.reason}"
+    if tiling.verdict == kernel_tiling.IGNORED:
+        return tiling.verdict, f"WITHOUT EFFECT: the kernel ignores h_block_size: {tiling.reason}"
+    return tiling.verdict, f"kernel tiling unknown: {tiling.reason}"
+
+
 def _rebind(module: Any) -> str:
     global _original
     _original = getattr(module, KERNEL)
@@ -181,7 +197,9 @@ def _rebind(module: Any) -> str:
     return f"{KERNEL} in {CALLER_CLASS}'s module wrapped: h_block_size planned from the UB budget"
 
 
-_once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
+_once = core.Once(
+    INFO, load=_load, probe=_probe, check=_check, rebind=_rebind, effect=_effect
+)
 
 
 def apply() -> core.Outcome:

@@ -131,18 +131,26 @@ def write_patch_state(
     *,
     target: str,
     detail: str = "",
+    effect: str | None = None,
     state_dir: str | Path | None = None,
 ) -> Path | None:
-    """Record one patch's state (merged with the other patches' and processes' entries)."""
+    """Record one patch's state (merged with the other patches' and processes' entries).
+
+    ``effect`` (only for a patch that can tell, and only when given) says whether the applied
+    patch changes anything: ``tiles`` / ``ignored`` / ``unknown`` for mamba-scatter-ub-aware.
+    """
 
     def update(data: dict[str, Any]) -> None:
-        data["patches"][name] = {
+        entry: dict[str, Any] = {
             "state": state,
             "target": target,
             "detail": detail,
             "pid": os.getpid(),
             "updated_at": time.time(),
         }
+        if effect is not None:
+            entry["effect"] = effect
+        data["patches"][name] = entry
 
     return _merge(state_dir, update)
 

@@ -11,8 +11,8 @@ import argparse
 import json
 import sys
 
-from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.checkpoint.model_config import SSM_DTYPES
+from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.preflight.checkpoint import InputError
 from qwen_npu.preflight.report import SCHEMA_VERSION, Options, run_preflight
 

@@ -2,9 +2,10 @@
 
 Why this exists: a ModelSlim checkpoint fails SGLang 0.5.23 at startup on a fused-MoE layer whose
 schemes are missing, mixed or unsupported, and (without our patches) on the FLOAT MTP of the
-upstream pull request's checkpoint. The rules themselves live in ``qwen_npu.checkpoint.modelslim_desc``
-(the same functions the patches call); this module only walks the layers the engine would build,
-summarises what it saw, and turns each answer into a finding.
+upstream pull request's checkpoint. The rules themselves live in
+``qwen_npu.checkpoint.modelslim_desc`` (the same functions the patches call); this module only
+walks the layers the engine would build, summarises what it saw, and turns each answer into a
+finding.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_npu.checkpoint import modelslim_desc, ub_plan
-from qwen_npu.patches import registry
 from qwen_npu.checkpoint.model_config import ModelConfig
+from qwen_npu.patches import registry
 from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
 
-MOE_FALLBACK = "modelslim-moe-unquant-fallback"
-MTP_UNQUANT = "mtp-modelslim-unquant"
-UB_AWARE = "mamba-scatter-ub-aware"
+# The patches preflight reasons about, looked up in the ledger (a renamed patch fails here).
+MOE_FALLBACK = registry.get_patch("modelslim-moe-unquant-fallback").name
+MTP_UNQUANT = registry.get_patch("mtp-modelslim-unquant").name
+UB_AWARE = registry.get_patch("mamba-scatter-ub-aware").name
 #: sgl-kernel-npu's move_intermediate_cache default, which SGLang 0.5.23 never overrides.
 KERNEL_DEFAULT_H_BLOCK_SIZE = 2
 

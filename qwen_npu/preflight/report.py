@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from qwen_npu.patches import registry
 from qwen_npu.checkpoint.model_config import ModelConfig
+from qwen_npu.patches import registry
 from qwen_npu.preflight import memory as mem
 from qwen_npu.preflight import parallel, shards
 from qwen_npu.preflight import quant as qnt

@@ -7,7 +7,8 @@ dashboard at 3 a.m. The names are the contract in docs/architecture.md.
 The numbers and the exporting are kept apart (STYLE.md rule 9): the sidecar fills a plain
 ``SidecarStats`` record, and ``SidecarMetricsCollector.log_stats`` copies it into prometheus_client
 objects on a private registry. ``CATALOGUE`` itself needs only the standard library, so the
-dashboard generator can import this module without prometheus_client installed.
+dashboard generator can import this module without prometheus_client installed. Patch names and
+states are not declared here: they come from the patch ledger (``qwen_npu.patches.registry``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from qwen_npu.patches import registry
 from qwen_npu.serve.metric_spec import MetricSpec
 
 if TYPE_CHECKING:
@@ -24,21 +26,10 @@ if TYPE_CHECKING:
 
 PREFIX = "qwen_npu_"
 
-#: Patch names (docs/architecture.md); every one gets a ``qwen_npu_patch_state`` series.
-PATCH_NAMES: tuple[str, ...] = (
-    "modelslim-moe-unquant-fallback",
-    "mtp-modelslim-unquant",
-    "mamba-scatter-ub-aware",
-)
-#: Patch states, plus ``unknown`` when there is no (readable) state file.
-PATCH_STATES: tuple[str, ...] = (
-    "applied",
-    "disabled",
-    "upstream-fixed",
-    "drifted",
-    "target-missing",
-    "unknown",
-)
+#: Patch names (the ledger's, in its order); every one gets a ``qwen_npu_patch_state`` series.
+PATCH_NAMES: tuple[str, ...] = tuple(patch.name for patch in registry.PATCHES)
+#: Patch states (the ledger's), plus ``unknown`` when there is no (readable) state file.
+PATCH_STATES: tuple[str, ...] = (*registry.STATES, registry.UNKNOWN)
 #: Where a UB plan comes from: the state file the engine wrote, or config.json.
 UB_SOURCES: tuple[str, ...] = ("engine", "predicted")
 #: Kinds of failed exchanges with the engine (``qwen_npu_engine_errors_total{kind}``).

@@ -198,8 +198,9 @@ def running(
     proc = start(cmd, log=log, env=env, replace_env=replace_env, cwd=cwd)
     try:
         if ready_url is not None:
-            wait_http(ready_url, what=f"{label} at {ready_url}", timeout_s=timeout_s,
-                      proc=proc, log=log)
+            wait_http(
+                ready_url, what=f"{label} at {ready_url}", timeout_s=timeout_s, proc=proc, log=log
+            )
         if ready is not None:
             wait_until(ready, what=label, timeout_s=timeout_s, proc=proc, log=log)
         yield proc

@@ -19,7 +19,6 @@ from qwen_npu.checkpoint.modelslim_desc import (
     mtp_is_all_float,
     validate_description,
 )
-
 from tests.patches.helpers import W_NAMES, description, expert_entries
 
 MTP = "mtp.layers.0.mlp.experts"

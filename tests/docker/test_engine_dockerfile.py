@@ -55,7 +55,7 @@ def test_base_image_is_the_cann_image_for_the_chip(
     engine: Dockerfile, versions: dict[str, str]
 ) -> None:
     base = engine.stages[0]
-    assert base.name == "base"
+    assert base.name == "base-npu"
     values = dict(engine.global_args)  # type: ignore[arg-type]
     values.update({k: versions[k] for k in values if k in versions})
     resolved = expand(base.base, values)  # type: ignore[arg-type]
@@ -67,9 +67,49 @@ def test_base_image_is_the_cann_image_for_the_chip(
     assert expand(base.base, values).endswith(  # type: ignore[arg-type]
         f":{versions['CANN_VERSION']}-a3-ubuntu22.04-py{versions['ENGINE_PYTHON_VERSION']}"
     )
-    # Every later stage builds on it; the image is the last stage.
-    assert [s.base for s in engine.stages[1:]] == ["base", "base"]
-    assert [s.name for s in engine.stages] == ["base", "builder", "engine"]
+    # The image's own label names the base it was built from.
+    labels = key_values(base.all("LABEL")[0].args)
+    stage_values = {k: values[k] for k in base.arg_defaults()}
+    assert expand(labels["org.opencontainers.image.base.name"], stage_values) == expand(
+        base.base, values  # type: ignore[arg-type]
+    )
+
+
+def test_stages_and_the_flavours_share_everything_after_the_stack(
+    engine: Dockerfile, versions: dict[str, str]
+) -> None:
+    """ENGINE_FLAVOUR picks base-<flavour> and stack-<flavour>; builder and engine are shared."""
+    assert [(s.name, s.base) for s in engine.stages] == [
+        ("base-npu", engine.stages[0].base),
+        ("base-cpu", "python:${TEST_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"),
+        ("stack-npu", "base-npu"),
+        ("stack-cpu", "base-cpu"),
+        ("builder", "stack-${ENGINE_FLAVOUR}"),
+        ("engine", "base-${ENGINE_FLAVOUR}"),
+    ]
+    assert engine.global_args["ENGINE_FLAVOUR"] == "npu"  # docker build without args: the image
+    # Both bases give the stages after them the same environment.
+    envs = [key_values(engine.stage(n).all("ENV")[0].args) for n in ("base-npu", "base-cpu")]
+    assert envs[0] == envs[1] and envs[0]["VIRTUAL_ENV"] == "/opt/venv"
+    cpu_base = expand(engine.stage("base-cpu").base, versions)
+    assert cpu_base == f"python:{versions['TEST_PYTHON_VERSION']}-slim-bookworm"
+
+
+def test_the_cpu_stack_installs_offline_from_the_wheels_context(engine: Dockerfile) -> None:
+    """The CPU torch at the test pin, SGLang's wheel --no-deps, tests/stubs, no network."""
+    stack = engine.stage("stack-cpu")
+    (install,) = [i.args for i in stack.all("RUN") if "pip install" in i.args]
+    assert install.startswith("--mount=type=bind,from=wheels,target=/wheels ")
+    for pip in install.split("pip install")[1:]:
+        assert pip.split("&&")[0].split()[:3] == ["--no-index", "--find-links", "/wheels"]
+    assert '"torch==${TEST_TORCH_VERSION}" -r /tmp/sglang-cpu.txt' in install
+    assert '--no-deps "sglang==${SGLANG_VERSION}"' in install
+    assert "/tmp/constraints.txt" in install  # the contract the shared builder relies on
+    copies = [i.args for i in stack.all("COPY")]
+    assert copies == [
+        "requirements/sglang-cpu.txt /tmp/sglang-cpu.txt",
+        "tests/stubs/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-packages/",
+    ]
 
 
 def _run_text(stage: Stage) -> str:
@@ -77,7 +117,7 @@ def _run_text(stage: Stage) -> str:
 
 
 def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
-    runs = _run_text(engine.stage("builder"))
+    runs = _run_text(engine.stage("stack-npu")) + "\n" + _run_text(engine.stage("builder"))
     assert '"torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_VERSION}"' in runs
     assert '"torch-npu==${TORCH_NPU_VERSION}"' in runs
     assert "triton_ascend-${TRITON_ASCEND_VERSION}-" in runs
@@ -88,7 +128,7 @@ def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
     # Every pip install after torch is held to the torch pins.
     installs = [r for r in runs.split("pip install")[2:]]
     assert installs and all("-c /tmp/constraints.txt" in r.split("&&")[0] for r in installs)
-    # qwen-npu without extras.
+    # qwen-npu without extras, in the shared builder.
     qwen = [i.args for i in engine.stage("builder").all("RUN") if "/tmp/qwen-npu" in i.args]
     assert qwen and "[" not in qwen[0].split("/tmp/qwen-npu")[1].split()[0]
 
@@ -128,14 +168,14 @@ def test_sgl_kernel_npu_asset_name_follows_the_release_naming(
 ) -> None:
     """The release zip is named per kernel release, torch, Python, CANN, chip and CPU arch."""
     env = {k: versions[k] for k in ENGINE_PINS} | {"CHIP": "910b"}
-    asset = _bash_eval(_shell_value(engine.stage("builder"), "asset"), env)
+    asset = _bash_eval(_shell_value(engine.stage("stack-npu"), "asset"), env)
     arch = platform.machine()
     assert asset == (
         f"sgl-kernel-npu-{versions['SGL_KERNEL_NPU_VERSION']}-torch{versions['NPU_TORCH_VERSION']}"
         f"-py{versions['ENGINE_PYTHON_VERSION'].replace('.', '')}-cann{versions['CANN_VERSION']}"
         f"-910b-{arch}.zip"
     )
-    wheel = _bash_eval(_shell_value(engine.stage("builder"), "wheel"), env)
+    wheel = _bash_eval(_shell_value(engine.stage("stack-npu"), "wheel"), env)
     assert wheel == (
         f"triton_ascend-{versions['TRITON_ASCEND_VERSION']}-cp312-cp312-manylinux_2_27_{arch}"
         f".manylinux_2_28_{arch}.whl"

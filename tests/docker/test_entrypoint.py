@@ -7,10 +7,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from qwen_npu.testing import processes
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python3: records what it was started with, then behaves as FAKE_MODE says.
@@ -18,8 +19,9 @@ out="$FAKE_OUT"
 {
   printf '{"argv": ['
   sep=""; for a in "$@"; do printf '%s"%s"' "$sep" "$a"; sep=", "; done
-  printf '], "cann": "%s", "nnal_args": "%s", "loaded": "%s", "pid": %s}\\n' \\
-    "${FAKE_CANN:-}" "${FAKE_NNAL_ARGS:-}" "${QWEN_NPU_CANN_ENV_LOADED:-}" "$$"
+  printf '], "cann": "%s", "nnal_args": "%s", "loaded": "%s", "rt_visible": "%s", "pid": %s}\\n' \\
+    "${FAKE_CANN:-}" "${FAKE_NNAL_ARGS:-}" "${QWEN_NPU_CANN_ENV_LOADED:-}" \\
+    "${ASCEND_RT_VISIBLE_DEVICES:-}" "$$"
 } > "$out"
 case "${FAKE_MODE:-exit}" in
   exit) exit "${FAKE_EXIT:-0}" ;;
@@ -161,27 +163,19 @@ def test_as_in_the_image_bash_env_loads_once_and_warns_once(
     assert len(warnings) == 1 and "script=/nonexistent/set_env.sh" in warnings[0]
 
 
-def _wait_for(path: Path, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
-
-
 def test_sigterm_reaches_the_engine(repo: Path, sandbox: dict[str, object]) -> None:
     env = dict(sandbox["env"]) | {"FAKE_MODE": "wait"}  # type: ignore[call-overload]
     out = Path(str(sandbox["record"]))
-    proc = subprocess.Popen([entrypoint(repo), "--serve"], env=env, stderr=subprocess.PIPE)
+    log = Path(str(sandbox["tmp"])) / "entrypoint.log"
+    proc = processes.start([entrypoint(repo), "--serve"], env=env, replace_env=True, log=log)
     try:
-        _wait_for(Path(f"{out}.ready"))
+        ready = Path(f"{out}.ready")
+        processes.wait_until(ready.exists, what=f"{ready}", proc=proc, log=log)
         assert record(sandbox)["pid"] == proc.pid  # exec: the engine is the entrypoint's process
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 42
+        assert processes.stop(proc, grace_s=30, sig=signal.SIGTERM) == 42
         assert Path(f"{out}.signals").read_text().split() == ["TERM"]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        processes.stop(proc)
 
 
 def test_as_pid_1_it_runs_under_the_init(repo: Path, sandbox: dict[str, object]) -> None:
@@ -212,3 +206,111 @@ def test_as_pid_1_it_runs_under_the_init(repo: Path, sandbox: dict[str, object])
     seen = record(sandbox)
     assert seen["argv"] == ["-m", "sglang.launch_server", "--tp-size", "2"]
     assert seen["pid"] != 1 and seen["cann"] == "toolkit"
+
+
+# ---------------------------------------------------------------- NPU devices (issue 14, item 2)
+
+
+def fake_devices(sandbox: dict[str, object], *names: str) -> str:
+    """A fresh stand-in /dev holding the given entries (the entrypoint reads QWEN_NPU_DEV_DIR)."""
+    tmp = Path(str(sandbox["tmp"]))
+    dev = tmp / f"dev{len(list(tmp.glob('dev*')))}"
+    dev.mkdir()
+    for name in names:
+        (dev / name).touch()
+    return str(dev)
+
+
+def lines(done: subprocess.CompletedProcess[str], level: str) -> list[str]:
+    return [line for line in done.stderr.splitlines() if f"level={level}" in line]
+
+
+def test_ascend_visible_devices_becomes_the_runtime_variable(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    done = run(repo, sandbox, "--tp-size", "2", ASCEND_VISIBLE_DEVICES="4,5")
+    assert done.returncode == 0, done.stderr
+    assert record(sandbox)["rt_visible"] == "4,5"
+    assert any(
+        "event=visible_devices_mapped ASCEND_RT_VISIBLE_DEVICES=4,5" in x
+        for x in lines(done, "info")
+    )
+
+
+def test_an_explicit_runtime_variable_is_kept(repo: Path, sandbox: dict[str, object]) -> None:
+    done = run(repo, sandbox, "--x", ASCEND_VISIBLE_DEVICES="4,5", ASCEND_RT_VISIBLE_DEVICES="0,1")
+    assert done.returncode == 0, done.stderr
+    assert record(sandbox)["rt_visible"] == "0,1"
+    assert "visible_devices_mapped" not in done.stderr
+
+
+def test_npu_count_from_the_visible_devices_variable(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    ok = run(
+        repo,
+        sandbox,
+        "--tp-size",
+        "4",
+        QWEN_NPU_EXPECTED_NPUS="4",
+        ASCEND_VISIBLE_DEVICES="0, 1,2,3",
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert any("event=npu_count_ok visible=4 expected=4" in x for x in lines(ok, "info"))
+
+    record_file = Path(str(sandbox["record"]))
+    record_file.unlink()
+    bad = run(
+        repo, sandbox, "--tp-size", "8", QWEN_NPU_EXPECTED_NPUS="8", ASCEND_RT_VISIBLE_DEVICES="6,7"
+    )
+    assert bad.returncode == 3
+    (error,) = lines(bad, "error")
+    assert "event=npu_count_mismatch visible=2 expected=8 from=ASCEND_RT_VISIBLE_DEVICES" in error
+    assert not record_file.exists(), "SGLang was started although the NPU count is wrong"
+
+
+def test_npu_count_from_the_davinci_device_entries(repo: Path, sandbox: dict[str, object]) -> None:
+    dev = fake_devices(
+        sandbox,
+        "davinci0",
+        "davinci1",
+        "davinci2",
+        "davinci3",
+        "davinci_manager",
+        "devmm_svm",
+        "hisi_hdc",
+    )
+    ok = run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="4", QWEN_NPU_DEV_DIR=dev)
+    assert ok.returncode == 0, ok.stderr
+    assert record(sandbox)["rt_visible"] == ""  # nothing to map: devices only
+
+    bad = run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="8", QWEN_NPU_DEV_DIR=dev)
+    assert bad.returncode == 3
+    assert [line for line in bad.stderr.splitlines() if "level=error" in line] == [
+        "qwen-npu-entrypoint level=error event=npu_count_mismatch visible=4 expected=8 "
+        f'from={dev}/davinci[0-9]* action="give the pod 8 NPUs (tpSize / nodes) or fix the '
+        "device plugin's visible devices\""
+    ]
+    none = run(
+        repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="1", QWEN_NPU_DEV_DIR=fake_devices(sandbox)
+    )
+    assert none.returncode == 3 and "visible=0 expected=1" in none.stderr
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1", "2.0"])
+def test_a_bad_expected_count_is_one_line(
+    repo: Path, sandbox: dict[str, object], value: str
+) -> None:
+    done = run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS=value, ASCEND_RT_VISIBLE_DEVICES="0")
+    assert done.returncode == 2
+    (error,) = lines(done, "error")
+    assert f"event=bad_expected_npus QWEN_NPU_EXPECTED_NPUS={value} " in error
+
+
+def test_other_commands_skip_the_npu_check(repo: Path, sandbox: dict[str, object]) -> None:
+    """Only the SGLang start needs the NPUs: preflight or a shell in the same image does not."""
+    python = str(dict(sandbox["env"])["QWEN_NPU_PYTHON"])  # type: ignore[call-overload]
+    dev = fake_devices(sandbox)
+    done = run(repo, sandbox, python, "preflight", QWEN_NPU_EXPECTED_NPUS="8", QWEN_NPU_DEV_DIR=dev)
+    assert done.returncode == 0, done.stderr
+    assert "npu_count" not in done.stderr

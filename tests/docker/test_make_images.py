@@ -147,3 +147,71 @@ def test_image_sidecar_and_push(
         ["push", "ghcr.io/qwen-npu/engine:t1"],
         ["push", "ghcr.io/qwen-npu/sidecar:t1"],
     ]
+
+
+# ------------------------------------------------------------------ podman (make image-test)
+
+
+def _stub(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(0o755)
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [
+        line
+        for line in (done.stdout + done.stderr).strip().splitlines()
+        if not line.startswith(("make: ***", ">> "))
+    ]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_image_test_fails_in_one_line_when_podman_cannot_be_installed(
+    repo: Path, docker_stub: dict[str, str]
+) -> None:
+    """Not root and a tool missing: no apt-get, one line naming what is missing, failure."""
+    bin_dir = Path(docker_stub["PATH"].split(":")[0])
+    _stub(bin_dir, "id", "echo 1000\n")
+    done = make(repo, docker_stub, "tools-podman", "PODMAN_COMMANDS=podman qwen-npu-no-such-tool")
+    assert done.returncode != 0
+    assert _one_line(done) == (
+        "make tools-podman: podman is missing (qwen-npu-no-such-tool) and installing it needs "
+        "root: sudo apt-get install podman buildah mmdebstrap runc uidmap slirp4netns "
+        "fuse-overlayfs"
+    )
+
+
+def test_image_test_fails_in_one_line_when_podman_does_not_work(
+    repo: Path, docker_stub: dict[str, str]
+) -> None:
+    bin_dir = Path(docker_stub["PATH"].split(":")[0])
+    _stub(bin_dir, "podman", 'echo "Error: cannot set up namespace" >&2; exit 125\n')
+    done = make(repo, docker_stub, "tools-podman", "PODMAN_COMMANDS=bash")
+    assert done.returncode != 0
+    line = _one_line(done)
+    assert line.startswith("make tools-podman: 'podman info' fails with CONTAINERS_CONF=")
+    assert line.endswith("docker/podman/containers.conf: Error: cannot set up namespace")
+
+
+def test_image_test_fails_in_one_line_when_the_base_cannot_be_made(
+    repo: Path, docker_stub: dict[str, str], tmp_path: Path
+) -> None:
+    """No stand-in base in podman's storage and no Debian mirror answering: one line."""
+    bin_dir = Path(docker_stub["PATH"].split(":")[0])
+    _stub(bin_dir, "podman", '[ "$1" = info ] && exit 0\nexit 1\n')  # no image exists
+    _stub(bin_dir, "mmdebstrap", 'echo "E: apt-get update failed" >&2; exit 1\n')
+    done = make(
+        repo,
+        docker_stub,
+        "image-standin-base",
+        "PODMAN_COMMANDS=bash",
+        f"OUT={tmp_path / 'out'}",
+        "STANDIN_MIRROR=http://127.0.0.1:9/debian",
+    )
+    assert done.returncode != 0
+    assert _one_line(done) == (
+        "make image-standin-base: the stand-in base cannot be made: mmdebstrap bookworm from "
+        "http://127.0.0.1:9/debian failed (E: apt-get update failed)"
+    )

@@ -12,15 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from qwen_npu.testing import processes
 
 from .dockerfile_parse import parse
 
@@ -127,12 +127,6 @@ def test_the_env_fits_the_image_budget(sidecar_venv: Path) -> None:
     assert size < VENV_BUDGET_BYTES, f"sidecar venv is {size / 2**20:.1f} MiB"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _snapshot(root: Path) -> dict[str, float]:
     return {str(p): p.stat().st_mtime for p in root.rglob("*")}
 
@@ -140,7 +134,7 @@ def _snapshot(root: Path) -> dict[str, float]:
 @contextlib.contextmanager
 def running_sidecar(sidecar_venv: Path, tmp_path: Path) -> Iterator[int]:
     """`qwen-npu sidecar` from the venv on a free 127.0.0.1 port, stopped at exit."""
-    port = _free_port()
+    port = processes.free_port()
     workdir = tmp_path / "cwd"
     workdir.mkdir()
     env = {
@@ -150,39 +144,24 @@ def running_sidecar(sidecar_venv: Path, tmp_path: Path) -> Iterator[int]:
         "QWEN_NPU_CANARY_INTERVAL_S": "0",
         "QWEN_NPU_SIDECAR_PORT": str(port),
     }
-    proc = subprocess.Popen(
-        [
-            str(sidecar_venv / "bin" / "qwen-npu"),
-            "sidecar",
-            "--host",
-            "127.0.0.1",
-            "--engine-url",
-            f"http://127.0.0.1:{_free_port()}",
-        ],
-        cwd=workdir,
+    cmd = [
+        str(sidecar_venv / "bin" / "qwen-npu"),
+        "sidecar",
+        "--host",
+        "127.0.0.1",
+        "--engine-url",
+        f"http://127.0.0.1:{processes.free_port()}",
+    ]
+    with processes.running(
+        cmd,
+        log=tmp_path / "sidecar.log",
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    pytest.fail(f"the sidecar did not answer /livez: {err[-2000:]}")
-                time.sleep(0.2)
+        replace_env=True,
+        cwd=workdir,
+        ready_url=f"http://127.0.0.1:{port}/livez",
+        what="the sidecar from the image's environment",
+    ):
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     assert list(workdir.iterdir()) == []
 
 

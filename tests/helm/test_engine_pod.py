@@ -226,12 +226,12 @@ def test_should_run_preflight_with_engine_image_when_preflight_enabled() -> None
     assert preflight["args"] == [
         "/models/Qwen3.5-122B-A10B-w8a8",
         "--tp",
-        "4",
+        "8",
         "--mtp",
         "--npu-memory-gb",
         "64",
         "--mem-fraction-static",
-        "0.8",
+        "0.7",
     ]
     assert _env(template, "preflight")["QWEN_NPU_DISABLE_PATCHES"]["value"] == (
         "mamba-scatter-ub-aware"
@@ -240,7 +240,8 @@ def test_should_run_preflight_with_engine_image_when_preflight_enabled() -> None
         "mamba-scatter-ub-aware"
     )
     off = chart_tool.render_docs({"preflight": {"enabled": False}})
-    assert "initContainers" not in chart_tool.engine_workload(off)["spec"]["template"]["spec"]
+    off_spec = chart_tool.engine_workload(off)["spec"]["template"]["spec"]
+    assert [c["name"] for c in off_spec["initContainers"]] == ["sidecar"]
 
 
 MODEL_SOURCES = {
@@ -422,6 +423,18 @@ def test_should_equal_preflight_builder_when_rendering_profile(profile: Path, mt
     )
     engine, model, spec = values["engine"], values["model"], values["mtp"]
     (graph_bs,) = engine["graphBatchSizes"]
+    recipe: tuple[str, ...] = ()
+    for flag, key in (
+        ("--dtype", "dtype"),
+        ("--chunked-prefill-size", "chunkedPrefillSize"),
+        ("--max-prefill-tokens", "maxPrefillTokens"),
+    ):
+        if engine[key]:
+            recipe += (flag, str(engine[key]))
+    if engine["enableMultimodal"]:
+        recipe += ("--enable-multimodal",)
+    if engine["mmAttentionBackend"]:
+        recipe += ("--mm-attention-backend", engine["mmAttentionBackend"])
     multinode: tuple[str, ...] = ()
     if engine["nodes"] > 1:
         multinode = (
@@ -444,7 +457,7 @@ def test_should_equal_preflight_builder_when_rendering_profile(profile: Path, mt
         speculative_num_steps=spec["numSteps"],
         speculative_eagle_topk=spec["eagleTopk"],
         speculative_num_draft_tokens=spec["numDraftTokens"],
-        extra=multinode,
+        extra=recipe + multinode,
     )
     model_dir = f"{model['mountPath']}/{model['path']}"
     rendered = chart_tool.engine_args(chart_tool.render_docs(values))
@@ -456,8 +469,11 @@ def test_should_run_the_sidecar_non_root_on_a_read_only_root_when_engine_runs(
 ) -> None:
     """Issue 5: the sidecar runs as a non-root user with a read-only root file system."""
     spec = chart_tool.engine_workload(rendered_scenarios["ci-default"])["spec"]["template"]["spec"]
-    sidecars = [c for c in spec["containers"] if c["name"] == "sidecar"]
-    assert len(sidecars) == 1, [c["name"] for c in spec["containers"]]
+    # A native sidecar (issue 15): an init container that keeps running beside the engine.
+    sidecars = [c for c in spec["initContainers"] if c["name"] == "sidecar"]
+    assert len(sidecars) == 1, [c["name"] for c in spec["initContainers"]]
+    assert sidecars[0]["restartPolicy"] == "Always"
+    assert "sidecar" not in [c["name"] for c in spec["containers"]]
     ctx = sidecars[0]["securityContext"]
     assert ctx["readOnlyRootFilesystem"] is True
     assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] != 0

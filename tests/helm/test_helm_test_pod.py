@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tools.perf.sidecar import sidecar_process
 from qwen_npu.serve.sim.testing import running_sim
-
 from tools import chart as chart_tool
+from tools.perf.sidecar import sidecar_process
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from qwen_npu.patches.registry import PATCHES
-
 from tools import chart as chart_tool
 
 PROFILES = {

@@ -23,7 +23,6 @@ import helm_python as helm
 import pytest
 
 from qwen_npu.preflight.cli import build_parser
-
 from tools import chart as chart_tool
 
 UPSTREAM = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a8.yaml")
@@ -180,8 +179,10 @@ def test_should_drop_init_container_when_preflight_disabled(values: dict[str, An
     docs = chart_tool.render_docs(off)
     templates = list(chart_tool.pod_templates(chart_tool.engine_workload(docs)))
     assert templates
-    for _, template in templates:
-        assert "initContainers" not in template["spec"]
+    for role, template in templates:
+        # Only the native sidecar (serving pods) stays an init container; workers have none.
+        names = [c["name"] for c in template["spec"].get("initContainers", [])]
+        assert names == ([] if role == "worker" else ["sidecar"]), (role, names)
     on_docs = chart_tool.render_docs(values)
     assert len(_preflight_and_engine(on_docs)) == len(templates)
 

@@ -162,7 +162,7 @@ def test_should_default_monitoring_thresholds_when_installing(repo: Any) -> None
     values = yaml.safe_load((repo / "helm/qwen-npu/values.yaml").read_text())
     monitoring = values["monitoring"]
     assert monitoring["prometheusRule"]["thresholds"] == {
-        "startupBudgetSeconds": 1800,
+        "startupBudgetSeconds": 0,  # deprecated alias: 0 = engine.startupBudgetSeconds
         "ttftP99Seconds": 2.0,
         "tpotP99Seconds": 0.1,
         "queueDepth": 32,
@@ -175,3 +175,46 @@ def test_should_default_monitoring_thresholds_when_installing(repo: Any) -> None
         assert monitoring[part]["enabled"] is True
     assert monitoring["runbookBaseUrl"].endswith("docs/runbook.md")
     assert set(values["mtp"]) == {"enabled", "algorithm", "numSteps", "eagleTopk", "numDraftTokens"}
+
+
+def test_should_list_every_bad_value_once_when_several_are_wrong() -> None:
+    """Issue 13.8: one render names every problem, one line each, not only the first."""
+    values = {
+        "engine": {"tpSize": 3, "terminationGracePeriodSeconds": 60},
+        "model": {"pvc": {"claimName": ""}},
+        "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2},
+        "preflight": {"extraArgs": ["--tp", "4"]},
+    }
+    with pytest.raises(helm.HelmRenderError) as caught:
+        chart_tool.render(values)
+    message = str(caught.value)
+    header, *lines = message.splitlines()
+    assert header.endswith(
+        "5 bad value(s) in the qwen-npu values (every one listed, fix them all):"
+    )
+    expected = [
+        "engine.tpSize (3) does not divide model.linearNumValueHeads (32)",
+        "model.pvc.claimName is empty",
+        "autoscaling.minReplicas (5) is above autoscaling.maxReplicas (2)",
+        "preflight.extraArgs: --tp is a flag the chart renders from engine.tpSize",
+        "engine.terminationGracePeriodSeconds (60) is shorter than the drain",
+    ]
+    assert len(lines) == len(expected)
+    for fragment in expected:
+        assert sum(fragment in line for line in lines) == 1, fragment
+
+
+def test_should_check_values_in_one_template_when_rendering(repo: Any) -> None:
+    """The checks run from templates/validate.yaml, not from inside the labels helper."""
+    helpers = (repo / "helm/qwen-npu/templates/_helpers.tpl").read_text()
+    labels = helpers.split('define "qwen-npu.labels"', 1)[1].split("{{- end }}", 1)[0]
+    assert "valueProblems" not in labels and "validate" not in labels
+    callers = [
+        path.name
+        for path in (repo / "helm/qwen-npu/templates").rglob("*")
+        if path.is_file() and 'include "qwen-npu.valueProblems"' in path.read_text()
+    ]
+    assert callers == ["validate.yaml"]
+    # Good values render the check to nothing: no empty document reaches the cluster.
+    rendered = chart_tool.render({})
+    assert rendered["qwen-npu/templates/validate.yaml"].strip() == ""

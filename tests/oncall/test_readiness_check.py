@@ -5,16 +5,13 @@ the sidecar container (kubectl stand-in executing it here) against a real `qwen-
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from qwen_npu.serve.sim.testing import free_port, running_sim
+from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.testing import processes
+from qwen_npu.testing.processes import free_port
 
 from .stand_ins import install, make
 
@@ -23,41 +20,22 @@ from .stand_ins import install, make
 def sidecar(engine_url: str) -> Iterator[int]:
     """`qwen-npu sidecar` on a free port of 127.0.0.1, stopped at exit."""
     port = free_port()
-    env = os.environ | {"QWEN_NPU_CANARY_INTERVAL_S": "0", "QWEN_NPU_POLL_INTERVAL_S": "0.2"}
+    env = {"QWEN_NPU_CANARY_INTERVAL_S": "0", "QWEN_NPU_POLL_INTERVAL_S": "0.2"}
     cmd = [sys.executable, "-m", "qwen_npu", "sidecar", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(
+    with processes.running(
         [*cmd, "--engine-url", engine_url],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(port, "/livez", 200)
+        ready_url=f"http://127.0.0.1:{port}/livez",
+        what="qwen-npu sidecar",
+    ):
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
-def status_of(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
-def wait_for(port: int, path: str, code: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while status_of(port, path) != code:
-        assert time.monotonic() < deadline, f"{path} never returned {code}"
-        time.sleep(0.1)
+def wait_for(port: int, path: str, code: int) -> None:
+    processes.wait_until(
+        lambda: processes.http_status(f"http://127.0.0.1:{port}{path}") == code,
+        what=f"{path} never returned {code}",
+    )
 
 
 def test_mtp_off_completes_when_the_sidecar_is_ready(repo: Path, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """mamba-scatter-ub-aware against SGLang 0.5.23's real AscendHybridLinearAttnBackend, with the
-sgl_kernel_npu stand-in (tests/stubs) in place of the Triton kernel, and a torch reference of the
-kernel's tiled move."""
+sgl_kernel_npu stand-in (tests/stubs) in place of the Triton kernel: the stand-in moves states the
+way the real kernel does (masked tiles, flat offsets inside the slot)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import torch
 
 from qwen_npu.patches import mamba_scatter_ub_aware as patch
 from qwen_npu.patches.state import read_state
-from qwen_npu.checkpoint.ub_plan import next_pow2
 
 UB_BYTES = 196_608
 OVERFLOW = "ub overflow, requires 2097152 bits while 1572864 bits available!"
@@ -22,19 +21,19 @@ OVERFLOW = "ub overflow, requires 2097152 bits while 1572864 bits available!"
 def caches(
     shape: tuple[int, ...] = (2, 5, 4, 4, 128, 128), dtype: torch.dtype = torch.float32
 ) -> SimpleNamespace:
-    """SGLang's speculative mamba caches: conv, temporal (a transposed view, as on NPU), and
-    intermediate_ssm ``(L, S, D, H, V, K)``."""
+    """SGLang 0.5.23's speculative mamba caches: conv, temporal ``(L, S, H, V, K)`` contiguous (as
+    its memory pool allocates it), and intermediate_ssm ``(L, S, D, H, V, K)``."""
     layers, slots, draft, heads, v, k = shape
     if layers * slots * draft * heads * v * k > 1 << 20:
         # Shape and dtype are all the planner reads: stride-0 views, no memory behind them.
-        base = torch.zeros((), dtype=dtype).expand((layers, slots, heads, k, v))
+        temporal = torch.zeros((), dtype=dtype).expand((layers, slots, heads, v, k))
         intermediate = torch.zeros((), dtype=dtype).expand(shape)
     else:
-        base = torch.zeros((layers, slots, heads, k, v), dtype=dtype)
+        temporal = torch.zeros((layers, slots, heads, v, k), dtype=dtype)
         intermediate = torch.randn(shape).to(dtype)
     return SimpleNamespace(
         conv=[torch.zeros((layers, slots, 8, 3), dtype=dtype)],
-        temporal=base.transpose(-1, -2),
+        temporal=temporal,
         intermediate_ssm=intermediate,
     )
 
@@ -59,31 +58,6 @@ def verify(backend: ModuleType, c: SimpleNamespace, steps: list[int], **kw: Any)
         kw.get("track_steps"),
         None,
     )
-
-
-def tiled_move(
-    ssm_states: torch.Tensor,
-    cache: torch.Tensor,
-    dst: torch.Tensor,
-    src: torch.Tensor,
-    steps: torch.Tensor,
-    h_block_size: int,
-) -> None:
-    """Torch reference of the kernel: one program per request, a loop over layers and over H in
-    blocks of h_block_size, each moving one [h_block_size, next_pow2(V), next_pow2(K)] tile
-    (loaded and stored under a mask, as the kernel does); a negative step skips the request."""
-    layers, _, _, heads, v, k = cache.shape
-    pv, pk = next_pow2(v), next_pow2(k)
-    for i in range(dst.shape[0]):
-        step = int(steps[i])
-        if step < 0:
-            continue
-        for layer in range(layers):
-            for h0 in range(0, heads, h_block_size):
-                rows = min(h_block_size, heads - h0)
-                tile = torch.zeros((h_block_size, pv, pk), dtype=cache.dtype)
-                tile[:rows, :v, :k] = cache[layer, int(src[i]), step, h0 : h0 + rows]
-                ssm_states[layer, int(dst[i]), h0 : h0 + rows] = tile[:rows, :v, :k]
 
 
 def plain_indexing(
@@ -164,25 +138,57 @@ def test_patched_scatter_moves_exactly_what_plain_indexing_moves(
     assert c.temporal[:, 2].abs().max().item() == 0.0  # the request with step -1 is untouched
 
 
-@pytest.mark.parametrize("h_block_size", [1, 2, 8])
-def test_tiled_move_reference_equals_plain_indexing(h_block_size: int) -> None:
-    """max abs diff 0.0 for h_block_size 1, 2 and H, into a transpose(-1, -2) destination view,
-    with requests whose step is negative."""
-    torch.manual_seed(h_block_size)
-    layers, slots, draft, heads, v, k = 3, 7, 4, 8, 6, 10
+@pytest.mark.parametrize(("heads", "h_block_size"), [(8, 1), (8, 2), (8, 4), (8, 8), (6, 4), (3, 2)])
+def test_the_kernel_into_a_contiguous_state_equals_plain_indexing(
+    kernel_stub: ModuleType, heads: int, h_block_size: int
+) -> None:
+    """The layout SGLang 0.5.23 allocates: max abs diff 0.0 for every power-of-two h, including an
+    h that does not divide H (the kernel masks h < H), with requests whose step is negative."""
+    kernel_stub.EMULATE = True
+    torch.manual_seed(heads * 10 + h_block_size)
+    layers, slots, draft, v, k = 3, 7, 4, 6, 10
     cache = torch.randn((layers, slots, draft, heads, v, k))
-    base_tiled = torch.randn((layers, slots, heads, k, v))
-    base_plain = base_tiled.clone()
-    tiled, plain = base_tiled.transpose(-1, -2), base_plain.transpose(-1, -2)
-    assert not tiled.is_contiguous()
-    dst = torch.tensor([6, 0, 3, 5, 1])
-    src = torch.tensor([0, 1, 2, 3, 4])
+    moved = torch.randn((layers, slots, heads, v, k))
+    before, expected = moved.clone(), moved.clone()
+    dst, src = torch.tensor([6, 0, 3, 5, 1]), torch.tensor([0, 1, 2, 3, 4])
     steps = torch.tensor([3, -1, 0, 2, -1])
-    tiled_move(tiled, cache, dst, src, steps, h_block_size)
-    plain_indexing(plain, cache, dst, src, steps)
-    assert (base_tiled - base_plain).abs().max().item() == 0.0
-    assert (tiled[:, 6] - cache[:, 0, 3]).abs().max().item() == 0.0
-    assert not torch.equal(tiled[:, 0], cache[:, 1, 0])  # step -1: slot 0 kept its old state
+    kernel_stub.move_intermediate_cache(moved, cache, dst, src, steps, h_block_size=h_block_size)
+    plain_indexing(expected, cache, dst, src, steps)
+    assert (moved - expected).abs().max().item() == 0.0
+    assert torch.equal(moved[:, 0], before[:, 0])  # step -1: slot 0 kept its old state
+    assert torch.equal(moved[:, 2], before[:, 2])  # no request writes slot 2
+
+
+def test_the_kernel_into_a_transposed_view_copies_bytes_not_a_transpose(
+    kernel_stub: ModuleType,
+) -> None:
+    """Strides below the slot are ignored: written at the flat offset h*V*K + v*K + k, a
+    ``transpose(-1, -2)`` destination receives the source's bytes in source order."""
+    kernel_stub.EMULATE = True
+    torch.manual_seed(0)
+    layers, slots, draft, heads, v, k = 2, 4, 3, 4, 6, 10
+    cache = torch.randn((layers, slots, draft, heads, v, k))
+    base = torch.zeros((layers, slots, heads, k, v))
+    view = base.transpose(-1, -2)
+    assert not view.is_contiguous()
+    dst, src, steps = torch.tensor([2, 0]), torch.tensor([1, 3]), torch.tensor([2, -1])
+    kernel_stub.move_intermediate_cache(view, cache, dst, src, steps, h_block_size=2)
+    source_order = cache[:, 1, 2].reshape(layers, -1)
+    assert torch.equal(base[:, 2].reshape(layers, -1), source_order)  # a physical copy
+    assert not torch.equal(view[:, 2], cache[:, 1, 2])  # not the logical assignment
+    assert base[:, 0].abs().max().item() == 0.0  # step -1: untouched
+
+
+@pytest.mark.parametrize("h_block_size", [3, 6])
+def test_a_non_power_of_two_h_block_size_does_not_compile(
+    kernel_stub: ModuleType, h_block_size: int
+) -> None:
+    c = caches(shape=(1, 3, 2, 6, 8, 8))
+    idx = torch.tensor([0])
+    with pytest.raises(ValueError, match="arange's range must be a power of 2"):
+        kernel_stub.move_intermediate_cache(
+            c.temporal, c.intermediate_ssm, idx, idx, idx, h_block_size=h_block_size
+        )
 
 
 def test_plane_overflow_warns_once_and_falls_back_to_one(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.preflight.conftest import RunCli
 from qwen_npu.testing.checkpoints import write_checkpoint
+from tests.preflight.conftest import RunCli
 
 FILES = ["config.json", "quant_model_description.json", "model.safetensors.index.json"]
 CORRUPTIONS = {

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.testing.checkpoints import Schemes, make_config, make_description, make_index, write_checkpoint
 from qwen_npu.checkpoint.model_config import parse_model_config
 from qwen_npu.preflight import Options, run_preflight
 from qwen_npu.preflight.memory import GIB, shape_bytes
 from qwen_npu.preflight.quant import summarize
+from qwen_npu.testing.checkpoints import (
+    Schemes,
+    make_config,
+    make_description,
+    make_index,
+    write_checkpoint,
+)
 
 
 @pytest.mark.parametrize("size", ["27B", "35B-A3B", "122B-A10B", "397B-A17B"])
@@ -35,6 +41,28 @@ def test_mtp_share_is_bf16_sized(ckpt_35b: Path) -> None:
     assert report.memory.source == "index"
     index = json.loads((ckpt_35b / "model.safetensors.index.json").read_text())
     assert report.memory.total_bytes == index["metadata"]["total_size"]
+
+
+#: SGLang 0.5.23's Qwen3_5ForCausalLMMTP at TP 1, parameters less embed_tokens and lm_head (the
+#: target's replace them once the draft has loaded): measured by building the real module on the
+#: meta device in tests/patches/test_sglang_mtp_model.py, which asserts these figures.
+SGLANG_LASTING_MTP_BYTES = {
+    "27B": 849_398_784,
+    "35B-A3B": 1_689_281_536,
+    "122B-A10B": 5_047_358_464,
+    "397B-A17B": 13_191_136_256,
+}
+
+
+@pytest.mark.parametrize("size", sorted(SGLANG_LASTING_MTP_BYTES))
+def test_mtp_share_matches_the_draft_sglang_builds(size: str) -> None:
+    """Within 2 % (measured: 0.006 % or better; preflight leaves out the norms and the shared
+    expert gate, a few kB)."""
+    raw = make_config(size)
+    _, mtp = shape_bytes(parse_model_config(raw, environ={}), summarize(make_description(raw)))
+    real = SGLANG_LASTING_MTP_BYTES[size]
+    assert abs(mtp - real) / real < 0.02
+    assert mtp <= real  # preflight never counts more than SGLang allocates
 
 
 def test_per_npu_divides_by_tp_and_budget_uses_fraction(ckpt_35b: Path) -> None:

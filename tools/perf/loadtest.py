@@ -1,12 +1,15 @@
-"""``make perf-loadtest``: each client against the simulator's truth, and one process's capacity.
+"""``make perf-loadtest``: both clients against an independent truth server; one process's capacity.
 
-Part 1: the same simulator (TTFT 50 ms, 10 ms per token; 256 tokens in, 100 out), dataset and seed,
-measured by ``qwen-npu bench`` and by ``sglang.benchmark.serving`` at CONC 1, 10 and 64; each figure
-with its error against the truth (TTFT 50, TPOT/ITL 10, E2E 1040 ms, throughput of back-to-back
-waves). Part 2: the capacity of one locust process: concurrency rises (so does the streamed token
-rate) until mean TPOT drifts more than 5% from the truth; then the same with WORKERS=2. Client and
-simulator share this machine's cores, so the capacity found is a floor. Written to the --out file
-(markdown) and printed.
+Part 1 (accuracy): the truth server (qwen_npu/loadtest/truth_server.py: no simulator code; first
+token 50 ms after it read the request line, then one every 10 ms; 256 tokens in, 100 out) logs per
+request when it received it and when it emitted the first and last token. ``qwen-npu bench`` and
+``sglang.benchmark.serving`` run the same dataset at CONC 1, 10 and 64, alternating, REPS times
+each; each run's error is the client's mean figure minus the server's own mean over the same
+requests (TTFT: receive to first emit; TPOT; E2E: receive to last emit; throughput against the
+server's span). Every cell reports the median error and its range over the repeats, and a verdict
+only where the two tools' ranges do not overlap. Part 2 (capacity): one locust process against the
+simulator, concurrency rising until the timings drift, with the client's CPU per streamed token.
+Client and servers share this machine's cores (other work included): the report says the load.
 """
 
 from __future__ import annotations
@@ -20,16 +23,20 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.loadtest.compare_stats import Spread, beats
+from qwen_npu.loadtest.truth_server import summarize as truth_summary
 from qwen_npu.serve.sim.testing import running_sim
-
+from qwen_npu.testing import processes
 from qwen_npu.testing.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 TTFT, ITL, IN_LEN, OUT_LEN = 50.0, 10.0, 256, 100
 E2E = TTFT + (OUT_LEN - 1) * ITL
+NUM = {1: 12, 10: 50, 64: 256}
 
 
 def ours(url: str, conc: int, num: int, tok: Path, out: Path, workers: int = 0) -> dict[str, Any]:
@@ -52,11 +59,6 @@ def sglang(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any
     return dict(json.loads(out.read_text().splitlines()[-1]))
 
 
-def truth_tput(conc: int, num: int) -> float:
-    waves = -(-num // conc)
-    return num * OUT_LEN / (waves * E2E / 1000.0)
-
-
 def err(value: float, truth: float, pct: bool = False) -> str:
     if pct:
         return f"{value:.1f} ({(value - truth) / truth * 100:+.1f}%)"
@@ -67,76 +69,97 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-# Per-figure slack of the "no worse" verdict: a lead of sglang.benchmark.serving smaller than this
-# (0.1 ms, or 0.1% of throughput, the table's own resolution for throughput) counts as a tie.
-NO_WORSE_SLACK = {"mean_ttft_ms": 0.1, "mean_tpot_ms": 0.1, "mean_itl_ms": 0.1,
-                  "mean_e2e_latency_ms": 0.1, "output_throughput": 0.001}  # fmt: skip
+def _truth_log(url: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(url + "/truth/log?clear=1", timeout=10) as resp:
+        return list(json.loads(resp.read()))
 
 
-def worse_than(
-    ours_m: dict[str, float], theirs_m: dict[str, float], truths: dict[str, float]
-) -> list[str]:
-    """The figures whose error against the truth is larger for ours than for theirs (+ slack).
+# Errors per run: client figure minus the server's own (ms; throughput in % of the server's).
+ERROR_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2e_latency_ms", "output_throughput")
+ERROR_TITLES = ("TTFT err ms", "TPOT err ms", "E2E err ms", "tok/s err %")
 
-    Throughput errors are relative (slack a fraction), the others in ms.
-    """
-    worse = []
-    for key, truth in truths.items():
-        scale = truth if key == "output_throughput" else 1.0
-        mine = abs(ours_m[key] - truth) / scale
-        other = abs(theirs_m[key] - truth) / scale
-        if mine > other + NO_WORSE_SLACK[key]:
-            worse.append(key)
-    return worse
+
+def run_errors(record: dict[str, Any], server: dict[str, float]) -> dict[str, float]:
+    errors = {k: float(record[k]) - server[k] for k in ERROR_KEYS[:3]}
+    truth_tput = server["n"] * OUT_LEN / server["span_s"]
+    errors["output_throughput"] = (float(record["output_throughput"]) - truth_tput) / truth_tput
+    errors["output_throughput"] *= 100.0
+    return errors
+
+
+def tool_verdict(
+    mine: list[dict[str, float]], theirs: list[dict[str, float]]
+) -> tuple[list[str], list[str]]:
+    """(figures where ours is better, where it is worse): |error| ranges that do not overlap."""
+    better, worse = [], []
+    for key, title in zip(ERROR_KEYS, ERROR_TITLES, strict=True):
+        a = Spread.of([abs(e[key]) for e in mine])
+        b = Spread.of([abs(e[key]) for e in theirs])
+        if beats(a, b, "lower"):
+            better.append(title)
+        elif beats(b, a, "lower"):
+            worse.append(title)
+    return better, worse
 
 
 def accuracy(tok: Path, tmp: Path, reps: int) -> list[str]:
+    """Both tools against the truth server, alternating, ``reps`` runs per tool and CONC."""
+    titles = " | ".join(f"{t} median (range)" for t in ERROR_TITLES)
     rows = [
-        "| CONC | tool | mean TTFT ms (err) | mean TPOT ms (err) | mean ITL ms (err) "
-        "| mean E2E ms (err) | output tok/s (err) |",
-        "|---|---|---|---|---|---|---|",
-        f"| | truth | {TTFT:.2f} | {ITL:.2f} | {ITL:.2f} | {E2E:.2f} | back-to-back waves |",
+        f"| CONC | tool | {titles} | server TTFT ms | client CPU µs/token |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     tools = (("qwen-npu bench", ours), ("sglang.benchmark.serving", sglang))
-    keys = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
-            "output_throughput")  # fmt: skip
     verdicts: list[str] = []
-    with running_sim(ttft_ms=TTFT, itl_ms=ITL, max_running_requests=256) as url:
+    port = processes.free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "qwen_npu.loadtest.truth_server", "--port", str(port),
+           "--ttft-ms", str(TTFT), "--itl-ms", str(ITL)]  # fmt: skip
+    startup = {
+        "qwen-npu bench": _cpu_of([sys.executable, "-c", "import qwen_npu.loadtest.runner"]),
+        "sglang.benchmark.serving": 0.0,
+    }
+    with processes.running(cmd, ready_url=url + "/health", log=tmp / "truth.log"):
         for conc in (1, 10, 64):
-            num = {1: 12, 10: 50, 64: 256}[conc]
-            runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in tools}
-            # Alternate the tools so that a burst of load on the shared machine hits both.
+            num = NUM[conc]
+            errs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in tools}
+            servers: dict[str, list[float]] = {name: [] for name, _ in tools}
+            cpus: dict[str, list[float]] = {name: [] for name, _ in tools}
             for rep in range(reps):
-                for name, fn in tools:
-                    runs[name].append(
-                        fn(url, conc, num, tok, tmp / f"{name[:6]}-{conc}-{rep}.jsonl")
-                    )
-            medians: dict[str, dict[str, float]] = {}
+                # Alternate the order too, so that neither tool always runs first.
+                order = tools if rep % 2 == 0 else tools[::-1]
+                for name, fn in order:
+                    _truth_log(url)
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    rec = fn(url, conc, num, tok, tmp / f"{name[:6]}-{conc}-{rep}.jsonl")
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                    cpus[name].append((cpu - startup[name]) / max(rec["total_output_tokens"], 1))
+                    server = truth_summary(_truth_log(url))
+                    assert server["n"] == num, (name, conc, server)
+                    errs[name].append(run_errors(rec, server))
+                    servers[name].append(server["mean_ttft_ms"])
             for name, _ in tools:
-                m = {k: _median([r[k] for r in runs[name]]) for k in keys}
-                medians[name] = m
+                cells = []
+                for key in ERROR_KEYS:
+                    sp = Spread.of([e[key] for e in errs[name]])
+                    cells.append(f"{sp.median:+.2f} ({sp.lo:+.2f}..{sp.hi:+.2f})")
+                cpu_cell = f"{_median(cpus[name]) * 1e6:.0f}" if name == "qwen-npu bench" else "-"
                 rows.append(
-                    f"| {conc} | {name} | {err(m['mean_ttft_ms'], TTFT)} | "
-                    f"{err(m['mean_tpot_ms'], ITL)} | {err(m['mean_itl_ms'], ITL)} | "
-                    f"{err(m['mean_e2e_latency_ms'], E2E)} | "
-                    f"{err(m['output_throughput'], truth_tput(conc, num), pct=True)} |"
+                    f"| {conc} | {name} | {' | '.join(cells)} | "
+                    f"{_median(servers[name]):.2f} | {cpu_cell} |"
                 )
                 print(rows[-1], flush=True)
-            truths = {
-                "mean_ttft_ms": TTFT,
-                "mean_tpot_ms": ITL,
-                "mean_itl_ms": ITL,
-                "mean_e2e_latency_ms": E2E,
-                "output_throughput": truth_tput(conc, num),
-            }
-            worse = worse_than(medians[tools[0][0]], medians[tools[1][0]], truths)
+            better, worse = tool_verdict(errs[tools[0][0]], errs[tools[1][0]])
             verdicts.append(
-                f"CONC {conc}: " + ("yes" if not worse else "NO (" + ", ".join(worse) + ")")
+                f"CONC {conc}: ours better in {', '.join(better) or 'nothing'}; "
+                f"worse in {', '.join(worse) or 'nothing'}"
             )
     rows += [
         "",
-        "Ours no worse than sglang.benchmark.serving (|error| against the truth, slack 0.1 ms or "
-        "0.1%): " + "; ".join(verdicts) + ".",
+        "Verdicts (|error| ranges over the repeats do not overlap; otherwise no verdict): "
+        + "; ".join(verdicts)
+        + ".",
     ]
     print(rows[-1], flush=True)
     return rows
@@ -197,18 +220,19 @@ def main() -> int:
         tmp = Path(d)
         tok = build_tokenizer(tmp / "tok")
         lines = [
-            "# Load test: accuracy against the simulator's truth, and capacity",
+            "# Load test: accuracy against an independent truth server, and capacity",
             "",
-            f"Simulator: TTFT {TTFT:.0f} ms, {ITL:.0f} ms per token; {IN_LEN} tokens in, "
-            f"{OUT_LEN} out; random-ids, seed 42. Errors are measured minus truth. "
-            f"Machine: {os.cpu_count()} cores shared by client and simulator.",
+            f"Truth server: first token {TTFT:.0f} ms after it reads the request line, then one "
+            f"every {ITL:.0f} ms; {IN_LEN} tokens in, {OUT_LEN} out; random-ids, seed 42. Errors "
+            "are the client's mean minus the server's own mean over the same requests. "
+            f"Machine: {os.cpu_count()} cores shared by client, server and other work.",
             "",
         ]
         if not args.skip_accuracy:
             lines += [
-                "## Both tools against the truth",
+                "## Both tools against the truth server",
                 "",
-                f"Median of {args.reps} alternating runs per tool and concurrency. "
+                f"{args.reps} alternating runs per tool and concurrency: median error (min..max). "
                 f"Load average at the start: {os.getloadavg()[0]:.1f}.",
                 "",
                 *accuracy(tok, tmp, args.reps),
@@ -226,7 +250,8 @@ def main() -> int:
                 "",
                 *capacity(tok, tmp),
             ]
-    lines += ["", f"Took {time.time() - started:.0f} s."]
+    lines += ["", f"Took {time.time() - started:.0f} s; load average at the end "
+              f"{os.getloadavg()[0]:.1f}."]  # fmt: skip
     text = "\n".join(lines) + "\n"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +32,9 @@ from typing import Any
 
 import httpx
 
-from qwen_npu.serve.sim.testing import free_port, running_sim
+from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.testing import processes
+from qwen_npu.testing.processes import free_port
 
 GOAL_P99_MS = 5.0
 GOAL_RSS_MB = 80.0
@@ -55,32 +56,25 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextmanager
 def sidecar_process(engine_url: str, env_extra: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """The real sidecar process on a free port, ready; yields (base URL, pid); stopped at exit."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("QWEN_NPU_")}
     env.update(env_extra)
     cmd = [sys.executable, "-m", "qwen_npu", "sidecar", "--host", "127.0.0.1",
            "--port", str(port), "--engine-url", engine_url]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the sidecar did not become ready; run make sidecar to see why")
-            time.sleep(0.05)
+    with (
+        tempfile.TemporaryDirectory(prefix="perf-sidecar-") as tmp,
+        processes.running(
+            cmd,
+            log=Path(tmp) / "sidecar.log",
+            env=env,
+            replace_env=True,
+            ready_url=base + "/readyz",
+            what="the sidecar (make sidecar shows why it does not become ready)",
+        ) as proc,
+    ):
         yield base, proc.pid
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 @dataclass

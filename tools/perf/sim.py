@@ -1,10 +1,13 @@
-"""``make perf-sim``: the simulator's timing fidelity and streaming capacity, measured.
+"""``make perf-sim``: the simulator's timing fidelity, streaming capacity and calibration, measured.
 
 The client is a minimal asyncio HTTP/1.1 reader (keep-alive connections, chunked SSE) rather than a
 general HTTP library: the point is to time the server, so the client must add as little of its own
 delay as possible and run in its own process (the other core). For each concurrency it reports the
 median measured TTFT and inter-token gap beside the configured ones; the capacity run reports the
-streamed tokens/s the simulator sustains on its one core and how late its steps were.
+streamed tokens/s the simulator sustains on its one core and how late its steps were. The
+calibration run drives the calibrated MTP profile and its MTP-off twin in a closed loop (1024 in /
+100 out, as the upstream pull request's benchmark) and sets the measured TPOT, output tokens/s and
+TTFT beside the upstream table and the paper model (``qwen_npu.serve.sim.pricing``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.serve.sim import pricing
 from qwen_npu.serve.sim.clock import new_loop, ready_at
+from qwen_npu.serve.sim.config import SimConfig, build
 from qwen_npu.serve.sim.testing import running_sim, running_sim_process
 
 
@@ -227,6 +232,154 @@ def fidelity(
     return rows
 
 
+#: Config keys that are durations: scaling them all by one factor scales every simulated time.
+TIME_KEYS = (
+    "ttft_ms",
+    "prefill_ms_per_1k_tokens",
+    "itl_ms",
+    "itl_ms_per_running_req",
+    "step_fixed_ms",
+    "step_ms_per_token",
+    "draft_step_ms",
+)
+MTP_PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
+NOMTP_PROFILE = "qwen3.6-35b-a3b-910b-tp2-nomtp"
+
+
+@dataclass
+class LoopFigures:
+    """What a closed-loop benchmark reports: means over requests, tokens/s over the run."""
+
+    tpot_ms: float
+    output_tok_per_s: float
+    ttft_ms: float
+    requests: int
+
+
+def profile_config(profile: str) -> SimConfig:
+    cfg, _ = build({}, profile=profile, env={})
+    return cfg
+
+
+def closed_loop(
+    profile: str,
+    conc: int,
+    num: int,
+    *,
+    input_len: int = pricing.DEFAULT_INPUT_LEN,
+    output_len: int = pricing.DEFAULT_OUTPUT_LEN,
+    scale: float = 1.0,
+    url: str | None = None,
+) -> LoopFigures:
+    """Run ``num`` requests from ``conc`` clients against ``profile`` with every simulated
+    duration multiplied by ``scale``, and report the figures at scale 1 (times / scale).
+
+    ``url``: an already running simulator of that profile and scale (else one is started).
+    """
+    if url is None:
+        with running_sim(**scaled_flags(profile, scale)) as started:
+            return closed_loop(
+                profile,
+                conc,
+                num,
+                input_len=input_len,
+                output_len=output_len,
+                scale=scale,
+                url=started,
+            )
+    res, dur = measure(url, conc, num, input_len, output_len)
+    return LoopFigures(
+        tpot_ms=statistics.fmean(res.gaps) * 1000 / scale if res.gaps else float("nan"),
+        output_tok_per_s=res.tokens / dur * scale,
+        ttft_ms=statistics.fmean(res.ttfts) * 1000 / scale if res.ttfts else float("nan"),
+        requests=res.requests,
+    )
+
+
+def scaled_flags(profile: str, scale: float) -> dict[str, Any]:
+    """running_sim keywords: the profile, ready at once, its durations times ``scale``."""
+    cfg = profile_config(profile)
+    flags: dict[str, Any] = {"profile": profile, "startup_delay_s": 0}
+    for key in TIME_KEYS:
+        value = getattr(cfg, key)
+        if value is not None and scale != 1.0:
+            flags[key] = value * scale
+    return flags
+
+
+def calibration(concs: list[int], prompts: dict[int, int]) -> list[dict[str, Any]]:
+    """Upstream vs paper vs measured at each concurrency, MTP on (and MTP off beside it)."""
+    rows = []
+    cfgs = {name: profile_config(name) for name in (MTP_PROFILE, NOMTP_PROFILE)}
+    measured: dict[str, dict[int, LoopFigures]] = {}
+    for name in cfgs:
+        with running_sim(**scaled_flags(name, 1.0)) as url:
+            measure(url, 1, 1, 16, 4)  # warm-up
+            measured[name] = {c: closed_loop(name, c, prompts[c], url=url) for c in concs}
+    for c in concs:
+        up = pricing.UPSTREAM_PR_34353.get(c)
+        rows.append(
+            {
+                "conc": c,
+                "upstream": up,
+                "paper": pricing.steady_state(cfgs[MTP_PROFILE], c),
+                "measured": measured[MTP_PROFILE][c],
+                "paper_off": pricing.steady_state(cfgs[NOMTP_PROFILE], c),
+                "measured_off": measured[NOMTP_PROFILE][c],
+            }
+        )
+    return rows
+
+
+def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> list[str]:
+    on, off = profile_config(MTP_PROFILE), profile_config(NOMTP_PROFILE)
+    cross = pricing.crossover(on, off, concs_paper)
+    lines = [
+        "",
+        f"## Calibration: `{MTP_PROFILE}` against the upstream table",
+        "",
+        "SGLang PR #34353 (Qwen3.6-35B-A3B W8A8, 910B TP2, NEXTN 3 steps / 4 draft tokens, "
+        "1024 in / 100 out) vs the paper model (`qwen_npu/serve/sim/pricing.py`, steady state) vs "
+        "this simulator measured in a closed loop (client means; tokens/s over the run, first "
+        "wave included). Accept length on paper: "
+        f"{pricing.accept_length(on):.2f} tokens per verify step.",
+        "",
+        "| CONC | requests | TPOT ms upstream / paper / measured "
+        "| output tok/s upstream / paper / measured | TTFT ms upstream / paper / measured |",
+        "|---:|---:|---|---|---|",
+    ]
+    for r in rows:
+        up, pa, me = r["upstream"], r["paper"], r["measured"]
+        u = up if up else (float("nan"),) * 3
+        lines.append(
+            f"| {r['conc']} | {me.requests} | {u[0]:.1f} / {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
+            f"| {u[1]:.1f} / {pa.output_tok_per_s:.1f} / {me.output_tok_per_s:.1f} "
+            f"| {u[2]:.0f} / {pa.ttft_ms:.0f} / {me.ttft_ms:.0f} |"
+        )
+    lines += [
+        "",
+        f"Same hardware with MTP off (`{NOMTP_PROFILE}`), from the same parameters:",
+        "",
+        "| CONC | requests | TPOT ms paper / measured | output tok/s paper / measured "
+        "| TTFT ms paper / measured | MTP on/off output tok/s, measured |",
+        "|---:|---:|---|---|---|---:|",
+    ]
+    for r in rows:
+        pa, me = r["paper_off"], r["measured_off"]
+        ratio = r["measured"].output_tok_per_s / me.output_tok_per_s
+        lines.append(
+            f"| {r['conc']} | {me.requests} | {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
+            f"| {pa.output_tok_per_s:.1f} / {me.output_tok_per_s:.1f} "
+            f"| {pa.ttft_ms:.0f} / {me.ttft_ms:.0f} | {ratio:.2f} |"
+        )
+    lines += [
+        "",
+        f"Crossover on paper (first CONC in {concs_paper[0]}..{concs_paper[-1]} where MTP on "
+        f"delivers fewer output tokens/s than off): {cross}.",
+    ]
+    return lines
+
+
 def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> dict[str, Any]:
     cfg: dict[str, Any] = {"ttft_ms": 5, "itl_ms": itl_ms, "max_running_requests": conc}
     if accept:
@@ -260,8 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--per-conc", type=int, default=64, help="requests per concurrency level")
     ap.add_argument("--quick", action="store_true", help="fewer requests (development)")
+    ap.add_argument(
+        "--calibration-only", action="store_true", help="only the calibration table (about 3 min)"
+    )
     args = ap.parse_args(argv)
     per = 16 if args.quick else args.per_conc
+    concs = [1, 5, 10]
+    prompts = {1: 4, 5: 10, 10: 20} if args.quick else {1: 10, 5: 30, 10: 50}
+    calib = calibration_lines(calibration(concs, prompts), list(range(1, 33)))
+    if args.calibration_only:
+        return _write(args.out, "\n".join(["# qwen-npu sim: calibration", *calib]) + "\n")
     rows = fidelity(args.ttft_ms, args.itl_ms, [1, 10, 64], per)
     caps = [
         capacity(224, 10.0, 200 if not args.quick else 60, None),
@@ -306,8 +467,11 @@ def main(argv: list[str] | None = None) -> int:
             f"| {c['tok_s']:.0f} | {c['tok_per_cpu_s']:.0f} | {c['cpu_share']:.2f} "
             f"| {c['late_med']:.2f} / {c['late_p99']:.2f} | {c['itl_med']:.2f} | {c['errors']} |"
         )
-    text = "\n".join(lines) + "\n"
-    out = Path(args.out)
+    return _write(args.out, "\n".join(lines + calib) + "\n")
+
+
+def _write(path: str, text: str) -> int:
+    out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     sys.stdout.write(text)

@@ -1,7 +1,6 @@
 {{/*
-Shared names, labels, images, the engine command line and the value checks.
-Every template calls "qwen-npu.validateValues" (through "qwen-npu.labels") so a bad value fails the
-render with a message naming the value and the fix, before anything reaches the cluster.
+Shared names, labels, images and the engine command line. The value checks live in
+_validate.tpl and run once, from templates/validate.yaml (not hidden in a helper).
 */}}
 
 {{/* The chart name, overridable with nameOverride (DNS label: 63 characters). */}}
@@ -36,7 +35,6 @@ Labels every resource carries. The selector labels are a subset that never chang
 revisions (no version, no image tag, no model): rollbacks never meet an immutable selector.
 */}}
 {{- define "qwen-npu.labels" -}}
-{{- $_ := include "qwen-npu.validateValues" . -}}
 helm.sh/chart: {{ include "qwen-npu.chart" . }}
 {{ include "qwen-npu.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -77,10 +75,13 @@ app.kubernetes.io/component: router
 {{- end }}
 {{- end }}
 
-{{/* "<repository>:<tag>" of one image block; the tag defaults to the chart's appVersion. */}}
+{{/*
+"<repository>:<tag><tagSuffix>" of one image block; the tag defaults to the chart's appVersion.
+tagSuffix picks a chip build of the same version (the A3 engine image is tagged <version>-a3).
+*/}}
 {{- define "qwen-npu.image" -}}
 {{- $tag := default .root.Chart.AppVersion .image.tag }}
-{{- printf "%s:%s" .image.repository (toString $tag) }}
+{{- printf "%s:%s%s" .image.repository (toString $tag) (toString (default "" .image.tagSuffix)) }}
 {{- end }}
 
 {{/* The checkpoint directory as the containers see it. */}}
@@ -154,6 +155,7 @@ make the plain command line work.
 - "0.0.0.0"
 - --port
 - {{ .Values.service.port | quote }}
+{{- include "qwen-npu.recipeArgs" . }}
 {{- if include "qwen-npu.multiNode" . }}
 - --nnodes
 - "$(LWS_GROUP_SIZE)"
@@ -167,6 +169,42 @@ make the plain command line work.
 - "$(QWEN_NPU_ENGINE_API_KEY)"
 {{- end }}
 {{- range $e.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The profile's recipe flags (SGLang's Ascend recipes, helm/qwen-npu/recipes.yaml), after the builder's
+part of the command line: dtype, chunked prefill, prefill budget, multimodal, the parsers. Each is
+omitted at its empty value, so SGLang's default applies.
+*/}}
+{{- define "qwen-npu.recipeArgs" -}}
+{{- $e := .Values.engine }}
+{{- with $e.dtype }}
+- --dtype
+- {{ . | quote }}
+{{- end }}
+{{- if ne (int $e.chunkedPrefillSize) 0 }}
+- --chunked-prefill-size
+- {{ int $e.chunkedPrefillSize | quote }}
+{{- end }}
+{{- if gt (int $e.maxPrefillTokens) 0 }}
+- --max-prefill-tokens
+- {{ int $e.maxPrefillTokens | quote }}
+{{- end }}
+{{- if $e.enableMultimodal }}
+- --enable-multimodal
+{{- end }}
+{{- with $e.mmAttentionBackend }}
+- --mm-attention-backend
+- {{ . | quote }}
+{{- end }}
+{{- with $e.reasoningParser }}
+- --reasoning-parser
+- {{ . | quote }}
+{{- end }}
+{{- with $e.toolCallParser }}
+- --tool-call-parser
 - {{ . | quote }}
 {{- end }}
 {{- end }}
@@ -232,25 +270,6 @@ to set instead.
 {{- end }}
 
 {{/*
-Fails when a list of extra flags repeats a flag the chart owns. Call with (dict "args" <list>
-"owned" <json of "flag" -> "value"> "key" "<values key of the list>").
-*/}}
-{{- define "qwen-npu.rejectOwnedFlags" -}}
-{{- $owned := fromJson .owned }}
-{{- range .args }}
-{{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
-{{- if and (hasPrefix "--" $flag) (gt (len $flag) 2) }}
-{{- range $name, $value := $owned }}
-{{- if hasPrefix $flag $name }}
-{{- $what := ternary $name (printf "%s (argparse reads it as %s)" $flag $name) (eq $flag $name) }}
-{{- fail (printf "%s: %s is a flag the chart renders from %s; remove it from %s and set %s instead (preflight must judge what the engine runs)" $.key $what $value $.key $value) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-
-{{/*
 checkov skips as metadata annotations: one "CHECK_ID=reason" per entry (helm/qwen-npu/README.md
 lists them). Call with a list.
 */}}
@@ -262,14 +281,20 @@ checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
 
 {{/* Checks the engine workload skips, with the reason. */}}
 {{- define "qwen-npu.engineCheckovSkips" -}}
-{{- include "qwen-npu.checkovSkips" (list
-  "CKV_K8S_11=No CPU limit on the engine on purpose: CFS throttling of the scheduler and tokenizer processes stalls decoding; CPU requests reserve the cores"
+{{- $skips := list
   "CKV_K8S_15=Pull policy comes from values (IfNotPresent by default): the engine image is tens of GB and its tag is pinned by docker/versions.env"
   "CKV_K8S_22=SGLang, torch_npu and triton-ascend write kernel and compile caches at run time; the sidecar and preflight run read-only"
   "CKV_K8S_35=SGLang takes the API key only as --api-key, and Kubernetes expands $(VAR) in args only from an environment variable"
   "CKV_K8S_40=The Ascend device files belong to HwHiAiUser (uid/gid 1000 on a standard driver install)"
   "CKV_K8S_43=Images are pinned by tag from docker/versions.env; set image.*.tag to a digest where policy requires it"
-) }}
+}}
+{{- if not (get (default (dict) (get .Values.engine.resources "limits")) "cpu") }}
+{{- $skips = prepend $skips "CKV_K8S_11=No CPU limit on the engine on purpose: CFS throttling of the scheduler and tokenizer processes stalls decoding; CPU requests reserve the cores (a Guaranteed pod with whole CPUs sets one: docs/chart.md)" }}
+{{- end }}
+{{- if .Values.network.hostNetwork }}
+{{- $skips = append $skips "CKV_K8S_19=network.hostNetwork is an explicit opt-in for pools whose RoCE NICs HCCL needs; docs/chart.md lists what it does to ports and NetworkPolicy" }}
+{{- end }}
+{{- include "qwen-npu.checkovSkips" $skips }}
 {{- end }}
 
 {{/* A pod security context for the pods that touch no NPU: the sidecar image's high uid/gid. */}}
@@ -298,12 +323,121 @@ checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
 /var/run/qwen-npu
 {{- end }}
 
+{{/*
+HCCL_SOCKET_IFNAME: the value, else `lo` on one node (SGLang's Ascend recipes); several nodes need
+the value (a check fails without it). GLOO_SOCKET_IFNAME defaults to the same interface.
+*/}}
+{{- define "qwen-npu.hcclSocketIfname" -}}
+{{- default (ternary "" "lo" (gt (int .Values.engine.nodes) 1)) .Values.network.hcclSocketIfname }}
+{{- end }}
+
+{{- define "qwen-npu.glooSocketIfname" -}}
+{{- default (include "qwen-npu.hcclSocketIfname" .) .Values.network.glooSocketIfname }}
+{{- end }}
+
+{{/*
+Whether the engine pod gets an exclusive cpuset from the kubelet's static CPU manager: the pod is
+Guaranteed (every container, init containers included, has CPU and memory limits equal to its
+requests) and the engine asks for whole CPUs. Prints "true" or nothing.
+*/}}
+{{- define "qwen-npu.containerGuaranteed" -}}
+{{- $req := default (dict) (get . "requests") }}
+{{- $lim := default (dict) (get . "limits") }}
+{{- $ok := true }}
+{{- range $r := list "cpu" "memory" }}
+{{- if not (hasKey $lim $r) }}
+{{- $ok = false }}
+{{- else if and (hasKey $req $r) (ne (toString (get $req $r)) (toString (get $lim $r))) }}
+{{- $ok = false }}
+{{- end }}
+{{- end }}
+{{- if $ok }}true{{- end }}
+{{- end }}
+
+{{- define "qwen-npu.exclusiveCpus" -}}
+{{- $v := .Values }}
+{{- $ok := and (include "qwen-npu.containerGuaranteed" $v.engine.resources) (include "qwen-npu.containerGuaranteed" $v.sidecar.resources) }}
+{{- if $v.preflight.enabled }}
+{{- $ok = and $ok (include "qwen-npu.containerGuaranteed" $v.preflight.resources) }}
+{{- end }}
+{{- $cpu := toString (get (default (dict) (get $v.engine.resources "limits")) "cpu") }}
+{{- if and $ok (regexMatch "^[0-9]+$" $cpu) }}true{{- end }}
+{{- end }}
+
+{{/* SGLANG_SET_CPU_AFFINITY on: "on", or "auto" when the pod has an exclusive cpuset. */}}
+{{- define "qwen-npu.cpuAffinity" -}}
+{{- $mode := .Values.engine.cpuAffinity }}
+{{- if or (eq $mode "on") (and (eq $mode "auto") (include "qwen-npu.exclusiveCpus" .)) }}true{{- end }}
+{{- end }}
+
+{{/*
+Seconds the longest request may take at the profile's limits (engine.drain): the time to its first
+token plus maxOutputTokens at the worst time per output token, rounded up.
+*/}}
+{{- define "qwen-npu.longestRequestSeconds" -}}
+{{- $d := .Values.engine.drain }}
+{{- int (ceil (addf (float64 $d.worstTtftSeconds) (mulf (float64 $d.maxOutputTokens) (float64 $d.worstTpotSeconds)))) }}
+{{- end }}
+
+{{/*
+The drain of one engine pod, in seconds: the preStop pause (the router and the Service stop
+sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then the processes go).
+*/}}
+{{- define "qwen-npu.drainSeconds" -}}
+{{- $d := .Values.engine.drain }}
+{{- add (int $d.preStopSeconds) (int (include "qwen-npu.longestRequestSeconds" .)) (int $d.exitSeconds) }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds of the engine pods: the value, or the drain when it is 0. */}}
+{{- define "qwen-npu.engineGraceSeconds" -}}
+{{- $grace := int .Values.engine.terminationGracePeriodSeconds }}
+{{- if gt $grace 0 }}{{ $grace }}{{ else }}{{ include "qwen-npu.drainSeconds" . }}{{ end }}
+{{- end }}
+
+{{/* The router's --shutdown-grace-period-secs: the value, or the longest request plus 5 s. */}}
+{{- define "qwen-npu.routerShutdownSeconds" -}}
+{{- $grace := int .Values.router.shutdownGracePeriodSeconds }}
+{{- if gt $grace 0 }}{{ $grace }}{{ else }}{{ add (int (include "qwen-npu.longestRequestSeconds" .)) 5 }}{{ end }}
+{{- end }}
+
+{{/*
+The router's --policy. "auto": cache_aware only when the engines keep a radix cache; with
+--disable-radix-cache (every Ascend profile) there are no cache hits to route for, so round_robin.
+*/}}
+{{- define "qwen-npu.routerPolicy" -}}
+{{- if eq .Values.router.policy "auto" }}
+{{- ternary "round_robin" "cache_aware" (.Values.engine.disableRadixCache | default false) }}
+{{- else }}
+{{- .Values.router.policy }}
+{{- end }}
+{{- end }}
+
 {{/* Environment shared by the engine and the preflight init container. */}}
 {{- define "qwen-npu.engineEnv" -}}
 {{- range $name, $value := .Values.engine.ascendEnv }}
 - name: {{ $name }}
   value: {{ $value | toString | quote }}
 {{- end }}
+{{- with include "qwen-npu.hcclSocketIfname" . }}
+- name: HCCL_SOCKET_IFNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with include "qwen-npu.glooSocketIfname" . }}
+- name: GLOO_SOCKET_IFNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- if and (include "qwen-npu.multiNode" .) .Values.network.hcclIfIpFromPodIp }}
+- name: HCCL_IF_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
+{{- if include "qwen-npu.cpuAffinity" . }}
+- name: SGLANG_SET_CPU_AFFINITY
+  value: "1"
+{{- end }}
+- name: QWEN_NPU_EXPECTED_NPUS
+  value: {{ include "qwen-npu.npusPerPod" . | quote }}
 - name: QWEN_NPU_STATE_DIR
   value: {{ include "qwen-npu.stateDir" . | quote }}
 - name: QWEN_NPU_DISABLE_PATCHES
@@ -341,73 +475,62 @@ checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
 {{- end }}
 
 {{/*
-Value checks. Each message names the value to change. Called from "qwen-npu.labels", so any
-template that renders reaches it.
+The router's arguments after `smg launch` (sglang-router, pinned by SGLANG_ROUTER_VERSION): one flag
+or value per line. tools/perf/failover.py starts the same flags against simulator replicas; every
+flag is one `smg launch --help` lists (tests/helm/test_router.py checks it with the pinned router).
 */}}
-{{- define "qwen-npu.validateValues" -}}
-{{- $tp := int .Values.engine.tpSize }}
-{{- $nodes := int .Values.engine.nodes }}
-{{- if lt $tp 1 }}
-{{- fail "engine.tpSize must be at least 1" }}
+{{- define "qwen-npu.routerArgs" -}}
+{{- $r := .Values.router }}
+- --host
+- "0.0.0.0"
+- --port
+- {{ .Values.service.port | quote }}
+- --policy
+- {{ include "qwen-npu.routerPolicy" . | quote }}
+- --service-discovery
+- --selector
+{{- range $key, $value := fromYaml (include "qwen-npu.servingSelectorLabels" .) }}
+- {{ printf "%s=%s" $key $value | quote }}
 {{- end }}
-{{- if ne (mod $tp $nodes) 0 }}
-{{- fail (printf "engine.tpSize (%d) must be a multiple of engine.nodes (%d): each node runs tpSize/nodes NPUs" $tp $nodes) }}
+- --service-discovery-port
+- {{ .Values.service.port | quote }}
+- --service-discovery-namespace
+- {{ .Release.Namespace | quote }}
+- --health-check-endpoint
+- {{ $r.healthCheck.endpoint | quote }}
+- --health-check-interval-secs
+- {{ $r.healthCheck.intervalSeconds | int | toString | quote }}
+- --health-check-timeout-secs
+- {{ $r.healthCheck.timeoutSeconds | int | toString | quote }}
+- --health-failure-threshold
+- {{ $r.healthCheck.failureThreshold | int | toString | quote }}
+- --health-success-threshold
+- {{ $r.healthCheck.successThreshold | int | toString | quote }}
+- --retry-max-retries
+- {{ $r.retry.maxRetries | int | toString | quote }}
+- --retry-initial-backoff-ms
+- {{ $r.retry.initialBackoffMs | int | toString | quote }}
+- --retry-max-backoff-ms
+- {{ $r.retry.maxBackoffMs | int | toString | quote }}
+- --cb-failure-threshold
+- {{ $r.circuitBreaker.failureThreshold | int | toString | quote }}
+- --cb-success-threshold
+- {{ $r.circuitBreaker.successThreshold | int | toString | quote }}
+- --cb-timeout-duration-secs
+- {{ $r.circuitBreaker.timeoutSeconds | int | toString | quote }}
+- --cb-window-duration-secs
+- {{ $r.circuitBreaker.windowSeconds | int | toString | quote }}
+- --shutdown-grace-period-secs
+- {{ include "qwen-npu.routerShutdownSeconds" . | quote }}
+- --prometheus-host
+- "0.0.0.0"
+- --prometheus-port
+- {{ $r.prometheusPort | int | toString | quote }}
+{{- if .Values.apiKey.existingSecret }}
+- --api-key
+- "$(QWEN_NPU_ENGINE_API_KEY)"
 {{- end }}
-{{- $vh := int .Values.model.linearNumValueHeads }}
-{{- if ne (mod $vh $tp) 0 }}
-{{- fail (printf "engine.tpSize (%d) does not divide model.linearNumValueHeads (%d): pick a TP size that divides the value heads, or fix model.linearNumValueHeads from config.json" $tp $vh) }}
-{{- end }}
-{{- $kh := int .Values.model.linearNumKeyHeads }}
-{{- if and (gt $kh 0) (ne (mod $kh $tp) 0) }}
-{{- fail (printf "engine.tpSize (%d) does not divide model.linearNumKeyHeads (%d): pick a TP size that divides the key heads, or fix model.linearNumKeyHeads from config.json" $tp $kh) }}
-{{- end }}
-{{- $ah := int .Values.model.numAttentionHeads }}
-{{- if and (gt $ah 0) (ne (mod $ah $tp) 0) }}
-{{- fail (printf "engine.tpSize (%d) does not divide model.numAttentionHeads (%d): pick a TP size that divides the attention heads" $tp $ah) }}
-{{- end }}
-{{- if eq .Values.updateStrategy.type "RollingUpdate" }}
-{{- $surge := toString .Values.updateStrategy.rollingUpdate.maxSurge }}
-{{- $unavail := toString .Values.updateStrategy.rollingUpdate.maxUnavailable }}
-{{- if and (has $surge (list "0" "0%")) (has $unavail (list "0" "0%")) }}
-{{- fail "updateStrategy.rollingUpdate.maxSurge and updateStrategy.rollingUpdate.maxUnavailable are both 0: the rollout could never proceed; set maxUnavailable to 1 (full NPU pool) or use updateStrategy.type=Recreate" }}
-{{- end }}
-{{- end }}
-{{- if eq .Values.model.source "pvc" }}
-{{- if not .Values.model.pvc.claimName }}
-{{- fail "model.pvc.claimName is empty: name the existing PVC that holds the checkpoint (or set model.source to hostPath or image)" }}
-{{- end }}
-{{- else if eq .Values.model.source "hostPath" }}
-{{- if not .Values.model.hostPath.path }}
-{{- fail "model.hostPath.path is empty: set the node directory that holds the checkpoint (or set model.source to pvc or image)" }}
-{{- end }}
-{{- else if eq .Values.model.source "image" }}
-{{- if not .Values.model.image.reference }}
-{{- fail "model.image.reference is empty: set the OCI image that holds the checkpoint (or set model.source to pvc or hostPath)" }}
-{{- end }}
-{{- end }}
-{{- if not .Values.model.path }}
-{{- fail "model.path is empty: set the checkpoint directory inside the model volume" }}
-{{- end }}
-{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
-{{- fail (printf "autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
-{{- end }}
-{{- if and .Values.router.enabled (eq (int .Values.replicas) 0) (not .Values.autoscaling.enabled) }}
-{{- fail "router.enabled with replicas 0: the router would have no engine; set replicas >= 1" }}
-{{- end }}
-{{- $_ := include "qwen-npu.rejectOwnedFlags" (dict "args" .Values.preflight.extraArgs "owned" (include "qwen-npu.preflightOwnedFlags" .) "key" "preflight.extraArgs") }}
-{{- $_ := include "qwen-npu.rejectOwnedFlags" (dict "args" .Values.engine.extraArgs "owned" (include "qwen-npu.engineOwnedFlags" .) "key" "engine.extraArgs") }}
-{{- range $name := list "QWEN_NPU_DISABLE_PATCHES" "SGLANG_MAMBA_SSM_DTYPE" }}
-{{- $instead := ternary "patches.disabled" "engine.mambaSsmDtype" (eq $name "QWEN_NPU_DISABLE_PATCHES") }}
-{{- if hasKey $.Values.engine.ascendEnv $name }}
-{{- fail (printf "engine.ascendEnv sets %s: set %s instead (the chart hands it to the engine and preflight alike)" $name $instead) }}
-{{- end }}
-{{- range $.Values.engine.extraEnv }}
-{{- if eq (toString (get . "name")) $name }}
-{{- fail (printf "engine.extraEnv sets %s: set %s instead (the chart hands it to the engine and preflight alike; an extraEnv entry would reach the engine only)" $name $instead) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if and .Values.mtp.enabled (lt (int .Values.mtp.numDraftTokens) 2) }}
-{{- fail "mtp.numDraftTokens must be at least 2 with MTP on (one verified token plus drafts); or set mtp.enabled=false" }}
+{{- range $r.extraArgs }}
+- {{ . | quote }}
 {{- end }}
 {{- end }}

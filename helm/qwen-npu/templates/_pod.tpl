@@ -5,10 +5,17 @@ The engine pod, shared by the Deployment (role "single") and the LeaderWorkerSet
 - preflight init container: `qwen-npu preflight <model dir>` in the engine image with the engine's
   settings ("qwen-npu.preflightArgs") and environment, so a checkpoint that would fail stops the
   pod in seconds;
-- engine: SGLang with the rendered command line; the kubelet probes the sidecar's /startupz,
-  /readyz and /livez on the sidecar port (the sidecar judges the engine from cached state);
 - sidecar (serving pods only): metrics, probes, canary; reads the patches' state.json from the
-  shared emptyDir.
+  shared emptyDir. A native sidecar (an init container with restartPolicy Always, Kubernetes 1.29+):
+  it starts before the engine and the kubelet stops it only after the engine has exited, so it
+  keeps answering the probes through the whole drain;
+- engine: SGLang with the rendered command line; the kubelet probes the sidecar's /startupz,
+  /readyz and /livez on the sidecar port (the sidecar judges the engine from cached state).
+Drain on deletion (docs/chart.md "Drain"): the pod leaves the Service endpoints and the router's
+worker list as soon as it is marked for deletion; the engine's preStop pauses
+engine.drain.preStopSeconds so both have acted; then SIGTERM: SGLang answers 503 on /health,
+finishes in-flight requests and exits; then the sidecar stops. terminationGracePeriodSeconds covers
+all of it (computed from engine.drain, or checked against it).
 Workers of a multi-node group run the engine only (SGLang serves HTTP from node rank 0).
 */}}
 {{- define "qwen-npu.enginePodTemplate" -}}
@@ -33,7 +40,12 @@ spec:
   serviceAccountName: {{ include "qwen-npu.serviceAccountName" $root }}
   automountServiceAccountToken: {{ $v.serviceAccount.automountServiceAccountToken }}
   enableServiceLinks: false
-  terminationGracePeriodSeconds: {{ $v.engine.terminationGracePeriodSeconds }}
+  terminationGracePeriodSeconds: {{ include "qwen-npu.engineGraceSeconds" $root }}
+  {{- if $v.network.hostNetwork }}
+  {{- /* The node's network namespace (RoCE NICs): every port below opens on the node. */}}
+  hostNetwork: true
+  dnsPolicy: ClusterFirstWithHostNet
+  {{- end }}
   {{- if $v.scheduling.volcano }}
   schedulerName: volcano
   {{- else if $v.scheduling.schedulerName }}
@@ -67,8 +79,10 @@ spec:
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- if $v.preflight.enabled }}
+  {{- if or $v.preflight.enabled $serving }}
   initContainers:
+  {{- end }}
+  {{- if $v.preflight.enabled }}
     - name: preflight
       image: {{ include "qwen-npu.image" (dict "root" $root "image" $v.image.engine) }}
       imagePullPolicy: {{ $v.image.engine.pullPolicy }}
@@ -88,71 +102,12 @@ spec:
           mountPath: {{ $v.model.mountPath }}
           readOnly: true
   {{- end }}
-  containers:
-    - name: engine
-      image: {{ include "qwen-npu.image" (dict "root" $root "image" $v.image.engine) }}
-      imagePullPolicy: {{ $v.image.engine.pullPolicy }}
-      args:
-        {{- include "qwen-npu.engineArgs" $root | nindent 8 }}
-      env:
-        {{- include "qwen-npu.engineEnv" $root | nindent 8 }}
-        {{- include "qwen-npu.apiKeyEnv" $root | nindent 8 }}
-        {{- with $v.engine.extraEnv }}
-        {{- toYaml . | nindent 8 }}
-        {{- end }}
-      {{- if $serving }}
-      ports:
-        - name: http
-          containerPort: {{ $v.service.port }}
-          protocol: TCP
-        {{- if include "qwen-npu.multiNode" $root }}
-        - name: dist-init
-          containerPort: {{ $v.engine.distInitPort }}
-          protocol: TCP
-        {{- end }}
-      {{- /* The budget covers weight loading and graph capture: failureThreshold x period. */}}
-      startupProbe:
-        httpGet:
-          path: /startupz
-          port: {{ $v.sidecar.port }}
-        periodSeconds: 10
-        timeoutSeconds: 5
-        failureThreshold: {{ add (div (int $v.engine.startupBudgetSeconds) 10) 1 }}
-      readinessProbe:
-        httpGet:
-          path: /readyz
-          port: {{ $v.sidecar.port }}
-        periodSeconds: 10
-        timeoutSeconds: 5
-        failureThreshold: 3
-      livenessProbe:
-        httpGet:
-          path: /livez
-          port: {{ $v.sidecar.port }}
-        periodSeconds: 20
-        timeoutSeconds: 5
-        failureThreshold: {{ $v.engine.livenessFailureThreshold }}
-      {{- end }}
-      resources:
-        {{- $npu := dict $v.scheduling.npuResource (include "qwen-npu.npusPerPod" $root) }}
-        {{- $res := deepCopy $v.engine.resources }}
-        {{- $requests := merge (default (dict) (get $res "requests")) $npu }}
-        {{- $limits := merge (default (dict) (get $res "limits")) $npu }}
-        {{- toYaml (dict "requests" $requests "limits" $limits) | nindent 8 }}
-      securityContext:
-        {{- toYaml $v.engine.securityContext | nindent 8 }}
-      volumeMounts:
-        - name: model
-          mountPath: {{ $v.model.mountPath }}
-          readOnly: true
-        - name: dshm
-          mountPath: /dev/shm
-        - name: state
-          mountPath: {{ include "qwen-npu.stateDir" $root }}
     {{- if $serving }}
     - name: sidecar
       image: {{ include "qwen-npu.image" (dict "root" $root "image" $v.image.sidecar) }}
       imagePullPolicy: {{ $v.image.sidecar.pullPolicy }}
+      {{- /* A native sidecar: runs beside the engine, stopped only after the engine exited. */}}
+      restartPolicy: Always
       command:
         - qwen-npu
         - sidecar
@@ -185,6 +140,10 @@ spec:
         {{- with $v.sidecar.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- with $v.sidecar.extraEnvFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       ports:
         - name: sidecar
           containerPort: {{ $v.sidecar.port }}
@@ -219,7 +178,89 @@ spec:
           mountPath: /etc/qwen-npu/canary
           readOnly: true
         {{- end }}
+        {{- with $v.sidecar.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
     {{- end }}
+  containers:
+    - name: engine
+      image: {{ include "qwen-npu.image" (dict "root" $root "image" $v.image.engine) }}
+      imagePullPolicy: {{ $v.image.engine.pullPolicy }}
+      args:
+        {{- include "qwen-npu.engineArgs" $root | nindent 8 }}
+      env:
+        {{- include "qwen-npu.engineEnv" $root | nindent 8 }}
+        {{- include "qwen-npu.apiKeyEnv" $root | nindent 8 }}
+        {{- with $v.engine.extraEnv }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with $v.engine.extraEnvFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- if $serving }}
+      {{- /* Drain: a pause before SIGTERM so the router and the Service have stopped sending. */}}
+      lifecycle:
+        preStop:
+          exec:
+            command:
+              - sleep
+              - {{ $v.engine.drain.preStopSeconds | int | toString | quote }}
+      ports:
+        - name: http
+          containerPort: {{ $v.service.port }}
+          protocol: TCP
+        {{- if include "qwen-npu.multiNode" $root }}
+        - name: dist-init
+          containerPort: {{ $v.engine.distInitPort }}
+          protocol: TCP
+        {{- end }}
+      {{- /* The budget covers weight loading and graph capture: failureThreshold x period. */}}
+      startupProbe:
+        httpGet:
+          path: /startupz
+          port: {{ $v.sidecar.port }}
+        periodSeconds: 10
+        timeoutSeconds: 5
+        failureThreshold: {{ add (div (int $v.engine.startupBudgetSeconds) 10) 1 }}
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: {{ $v.sidecar.port }}
+        periodSeconds: 10
+        timeoutSeconds: 5
+        failureThreshold: 3
+      {{- /* The sidecar already waited for engine.livenessFailureThreshold failed engine probes:
+      the kubelet only relays /livez, with 2 failures so a sidecar restart alone never restarts
+      the engine. Dead engine to restart: docs/chart.md "Probes" (checked by a test). */}}
+      livenessProbe:
+        httpGet:
+          path: /livez
+          port: {{ $v.sidecar.port }}
+        periodSeconds: 10
+        timeoutSeconds: 5
+        failureThreshold: 2
+      {{- end }}
+      resources:
+        {{- $npu := dict $v.scheduling.npuResource (include "qwen-npu.npusPerPod" $root) }}
+        {{- $res := deepCopy $v.engine.resources }}
+        {{- $requests := merge (default (dict) (get $res "requests")) $npu }}
+        {{- $limits := merge (default (dict) (get $res "limits")) $npu }}
+        {{- toYaml (dict "requests" $requests "limits" $limits) | nindent 8 }}
+      securityContext:
+        {{- toYaml $v.engine.securityContext | nindent 8 }}
+      volumeMounts:
+        - name: model
+          mountPath: {{ $v.model.mountPath }}
+          readOnly: true
+        - name: dshm
+          mountPath: /dev/shm
+        - name: state
+          mountPath: {{ include "qwen-npu.stateDir" $root }}
+        {{- include "qwen-npu.npuMounts" $root | nindent 8 }}
+        {{- with $v.engine.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     {{- include "qwen-npu.modelVolume" $root | nindent 4 }}
     - name: dshm
@@ -237,4 +278,56 @@ spec:
       configMap:
         name: {{ include "qwen-npu.fullname" $root }}-canary
     {{- end }}
+    {{- include "qwen-npu.npuVolumes" $root | nindent 4 }}
+    {{- with $v.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/*
+Host files the engine needs beyond the NPUs the device plugin hands out. npu.runtime=hostPath
+(pools without the Ascend Docker Runtime): the driver, DCMI, npu-smi, the install info and the
+shared device files; network.hccnConf: the node's /etc/hccn.conf (the NICs HCCL uses). Mount names
+and paths come in pairs from "qwen-npu.npuHostFiles".
+*/}}
+{{- define "qwen-npu.npuHostFiles" -}}
+{{- $v := .Values }}
+{{- $files := list }}
+{{- if eq $v.npu.runtime "hostPath" }}
+{{- $h := $v.npu.hostPath }}
+{{- $files = append $files (dict "name" "ascend-driver" "path" $h.driverPath "type" "Directory") }}
+{{- with $h.dcmiPath }}
+{{- $files = append $files (dict "name" "ascend-dcmi" "path" . "type" "Directory") }}
+{{- end }}
+{{- with $h.npuSmiPath }}
+{{- $files = append $files (dict "name" "ascend-npu-smi" "path" . "type" "File") }}
+{{- end }}
+{{- with $h.installInfoPath }}
+{{- $files = append $files (dict "name" "ascend-install-info" "path" . "type" "File") }}
+{{- end }}
+{{- range $h.devices }}
+{{- $files = append $files (dict "name" (printf "dev-%s" (base . | replace "_" "-")) "path" . "type" "CharDevice") }}
+{{- end }}
+{{- end }}
+{{- if $v.network.hccnConf.enabled }}
+{{- $files = append $files (dict "name" "hccn-conf" "path" $v.network.hccnConf.path "type" "File") }}
+{{- end }}
+{{- toJson $files }}
+{{- end }}
+
+{{- define "qwen-npu.npuMounts" -}}
+{{- range fromJsonArray (include "qwen-npu.npuHostFiles" .) }}
+- name: {{ .name }}
+  mountPath: {{ .path }}
+  readOnly: {{ ne .type "CharDevice" }}
+{{- end }}
+{{- end }}
+
+{{- define "qwen-npu.npuVolumes" -}}
+{{- range fromJsonArray (include "qwen-npu.npuHostFiles" .) }}
+- name: {{ .name }}
+  hostPath:
+    path: {{ .path }}
+    type: {{ .type }}
+{{- end }}
 {{- end }}

@@ -7,6 +7,7 @@ from qwen_npu.serve.observability import (
     alerts_npu,
     alerts_output,
     alerts_patches,
+    alerts_router,
     alerts_slo,
 )
 from qwen_npu.serve.observability.rules import Alert, AlertGroup
@@ -17,6 +18,7 @@ GROUPS: tuple[AlertGroup, ...] = (
     alerts_output.GROUP,
     alerts_patches.GROUP,
     alerts_npu.GROUP,
+    alerts_router.GROUP,
 )
 
 

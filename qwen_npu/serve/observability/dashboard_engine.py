@@ -52,14 +52,15 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Engine up, ready, draining",
         "1/0 history of the sidecar's probes: up (answers /health), ready (a health generation "
         "succeeds), draining (shutting down on purpose). Down after startup pages as "
-        "QwenNpuEngineDown; up but not ready as QwenNpuEngineNotReady.",
+        "QwenNpuEngineDown; up but not ready as QwenNpuEngineNotReady; draining for 15 minutes "
+        "as QwenNpuReplicaStuckDraining.",
         "short",
         [
             Query(f"qwen_npu_engine_up{{{SIDECAR}}}", f"up {LEGEND}"),
             Query(f"qwen_npu_engine_ready{{{SIDECAR}}}", f"ready {LEGEND}"),
             Query(f"qwen_npu_engine_draining{{{SIDECAR}}}", f"draining {LEGEND}"),
         ],
-        alert=("QwenNpuEngineDown", "QwenNpuEngineNotReady"),
+        alert=("QwenNpuEngineDown", "QwenNpuEngineNotReady", "QwenNpuReplicaStuckDraining"),
         min_val=0,
         max_val=1,
     )

@@ -20,6 +20,7 @@ TITLE = "Qwen NPU / Serving"
 
 ENGINE = 'namespace=~"$namespace", pod=~"$pod", model_name=~"$model_name"'
 SIDECAR = 'namespace=~"$namespace", pod=~"$pod"'
+ROUTER = 'namespace=~"$namespace"'  # the router's own pod is not an engine pod
 BY = "namespace, pod, instance, model_name"
 LEGEND = "{{pod}} {{instance}} {{model_name}}"
 
@@ -224,6 +225,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         min_val=0,
         max_val=1,
     )
+    _mtp_payoff(b)
 
     b.row("Output canary")
     b.timeseries(
@@ -264,4 +266,110 @@ def build(cfg: Config = DEFAULT) -> Board:
         ],
         width=8,
     )
+
+    b.row("Router")
+    b.timeseries(
+        "Router workers healthy",
+        "The router's view of each worker (smg_worker_health): 1 = it sends to it, 0 = ejected "
+        "after failing its health checks. Ejected for 2 minutes pages as "
+        "QwenNpuRouterWorkerEjected. A replica drained by a rollout leaves the router's list "
+        "instead (its readiness dropped first).",
+        "short",
+        [Query(f"max by (namespace, worker) (smg_worker_health{{{ROUTER}}})", "{{worker}}")],
+        alert="QwenNpuRouterWorkerEjected",
+        width=8,
+        min_val=0,
+        max_val=1,
+    )
+    b.timeseries(
+        "Router requests and retries",
+        "Requests the router received (smg_router_requests_total), answered with an error "
+        "(smg_router_request_errors_total) and retried on another worker "
+        "(smg_worker_retries_total), per second.",
+        "reqps",
+        [
+            Query(
+                f"sum by (namespace) (rate(smg_router_requests_total{{{ROUTER}}}"
+                "[$__rate_interval]))",
+                "requests",
+            ),
+            Query(
+                f"sum by (namespace) (rate(smg_router_request_errors_total{{{ROUTER}}}"
+                "[$__rate_interval]))",
+                "errors",
+            ),
+            Query(
+                f"sum by (namespace) (rate(smg_worker_retries_total{{{ROUTER}}}"
+                "[$__rate_interval]))",
+                "retries",
+            ),
+        ],
+        width=8,
+        min_val=0,
+    )
+    b.timeseries(
+        "Router circuit breakers",
+        "Each worker's circuit breaker in the router (smg_worker_cb_state): 0 closed, above 0 "
+        "open or half-open (it stopped sending after repeated request failures).",
+        "short",
+        [Query(f"max by (namespace, worker) (smg_worker_cb_state{{{ROUTER}}})", "{{worker}}")],
+        alert="QwenNpuRouterWorkerEjected",
+        width=8,
+        min_val=0,
+    )
     return b
+
+
+def _per_engine_rate(metric: str) -> str:
+    return f"sum by ({BY}) (rate({metric}{{{ENGINE}}}[$__rate_interval]))"
+
+
+def _mtp_payoff(b: Board) -> None:
+    """Is MTP paying off: what a verify step keeps of what it checks, and what it costs.
+
+    A verify step checks the draft tokens of every running request and keeps the accepted ones
+    plus one; it costs more than a plain decode step, and the more so the larger the batch. MTP
+    pays while tokens per verify step exceed (verify step time / plain decode step time).
+    """
+    accepted = (
+        f"{_per_engine_rate('sglang:generation_tokens_total')} / "
+        f"{_per_engine_rate('sglang:spec_verify_calls_total')}"
+    )
+    tpot = (
+        f"{_per_engine_rate('sglang:request_time_per_output_token_seconds_sum')} / "
+        f"{_per_engine_rate('sglang:request_time_per_output_token_seconds_count')}"
+    )
+    b.timeseries(
+        "MTP: tokens kept vs checked per verify step",
+        "Is MTP paying off, part 1. Kept: tokens produced per verify step (generated tokens over "
+        "sglang:spec_verify_calls_total: accepted drafts + 1). Checked: tokens each request puts "
+        "into a verify step (sglang:spec_num_draft_tokens). The gap is compute spent on rejected "
+        "drafts. MTP pays while kept > (verify step time / decode step time without MTP); the "
+        "runbook's QwenNpuSpecAcceptanceCollapse section gives the ratio for the calibrated "
+        "profile, `make mtp-tune` measures it for your traffic. Red line: "
+        "thresholds.specAcceptLengthMin.",
+        "short",
+        [
+            Query(accepted, f"kept {LEGEND}"),
+            Query(f"max by ({BY}) (sglang:spec_num_draft_tokens{{{ENGINE}}})", f"checked {LEGEND}"),
+        ],
+        threshold="specAcceptLengthMin",
+        direction="below",
+        alert="QwenNpuSpecAcceptanceCollapse",
+        min_val=0,
+    )
+    b.timeseries(
+        "MTP: verify step time",
+        "Is MTP paying off, part 2. Verify step: mean time per output token "
+        "(sglang:request_time_per_output_token_seconds) times tokens per verify step; per "
+        "token: the mean TPOT itself. Compare the per-token line with the TPOT of MTP off at the "
+        "same running batch (`make bench-compare`, `make mtp-tune`): when MTP's TPOT is not "
+        "lower, `make mtp-off`. A verify step time that grows with Running requests while kept "
+        "tokens stay flat is the batch turning compute bound.",
+        "s",
+        [
+            Query(f"({tpot}) * ({accepted})", f"verify step {LEGEND}"),
+            Query(tpot, f"per output token {LEGEND}"),
+        ],
+        min_val=0,
+    )

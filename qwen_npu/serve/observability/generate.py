@@ -21,6 +21,7 @@ from qwen_npu.serve import catalogue, sglang_metrics
 from qwen_npu.serve.observability import alerts, dashboard_engine, dashboard_serving, defaults
 from qwen_npu.serve.observability.config import DEFAULT, Config
 from qwen_npu.serve.observability.npu_exporter import NPU_EXPORTER_METRICS
+from qwen_npu.serve.observability.router_metrics import ROUTER_METRICS
 from qwen_npu.serve.observability.promql import metric_names
 from qwen_npu.serve.observability.rules import render_groups
 
@@ -44,6 +45,7 @@ def known_series() -> dict[str, str]:
         ("qwen_npu/serve/catalogue.py", catalogue.CATALOGUE),
         ("qwen_npu/serve/sglang_metrics.py", sglang_metrics.SGLANG_METRICS),
         ("qwen_npu/serve/observability/npu_exporter.py", NPU_EXPORTER_METRICS),
+        ("qwen_npu/serve/observability/router_metrics.py", ROUTER_METRICS),
     )
     for where, specs in lists:
         for spec in specs:

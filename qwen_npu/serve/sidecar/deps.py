@@ -1,4 +1,4 @@
-"""Request dependencies as ``Annotated`` aliases: the app's settings and its monitor.
+"""Request dependencies as ``Annotated`` aliases: the app's monitor.
 
 Why this exists: routes read the cached state through ``MonitorDep`` instead of reaching for a
 global, so a test builds an app with its own settings and fake engine and nothing leaks between
@@ -11,7 +11,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from qwen_npu.serve.sidecar.config import Settings
 from qwen_npu.serve.sidecar.monitor import Monitor
 
 
@@ -20,10 +19,4 @@ def get_monitor(request: Request) -> Monitor:
     return monitor
 
 
-def get_app_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]

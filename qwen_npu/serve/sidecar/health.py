@@ -42,11 +42,22 @@ def classify(status: int, seconds: float) -> Outcome:
 
 @dataclass(frozen=True)
 class Verdict:
-    ok: bool
+    """One probe's answer; ``dataclasses.asdict`` of it is the probe's JSON body."""
+
+    status: Literal["ok", "fail"]
     reason: str
 
-    def as_dict(self) -> dict[str, object]:
-        return {"status": "ok" if self.ok else "fail", "reason": self.reason}
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _passes(reason: str) -> Verdict:
+    return Verdict("ok", reason)
+
+
+def _fails(reason: str) -> Verdict:
+    return Verdict("fail", reason)
 
 
 class HealthTracker:
@@ -139,22 +150,21 @@ class HealthTracker:
     # The three verdicts.
     def startup(self, now: float) -> Verdict:
         if self.started:
-            return Verdict(True, "engine answered /health_generate 200 in this start")
+            return _passes("engine answered /health_generate 200 in this start")
         elapsed = self.startup_elapsed(now)
         if self.over_budget(now):
-            return Verdict(
-                False,
+            return _fails(
                 f"startup budget exceeded: not ready after {elapsed:.0f}s "
                 f"(budget {self.startup_budget_s:.0f}s)",
             )
-        return Verdict(False, f"starting: {self._describe_last()} ({elapsed:.0f}s elapsed)")
+        return _fails(f"starting: {self._describe_last()} ({elapsed:.0f}s elapsed)")
 
     def readiness(self, now: float) -> Verdict:
         if self.draining:
-            return Verdict(False, "draining: engine answers 503 after having been ready")
+            return _fails("draining: engine answers 503 after having been ready")
         if self.ready():
-            return Verdict(True, "engine healthy")
-        return Verdict(False, f"not ready: {self._describe_last()}")
+            return _passes("engine healthy")
+        return _fails(f"not ready: {self._describe_last()}")
 
     def liveness(self, now: float) -> Verdict:
         hard, limit = self.consecutive_hard_failures, self.liveness_failures
@@ -162,14 +172,13 @@ class HealthTracker:
             what = {"refused": "refused", "unhealthy": "got SGLang's stuck-scheduler 503"}.get(
                 str(self.last_outcome), "timed out"
             )
-            return Verdict(False, f"stuck or dead: last {hard} health probes {what}")
+            return _fails(f"stuck or dead: last {hard} health probes {what}")
         if self.over_budget(now):
-            return Verdict(
-                False,
+            return _fails(
                 f"stuck starting: not ready after {self.startup_elapsed(now):.0f}s "
                 f"(budget {self.startup_budget_s:.0f}s)",
             )
-        return Verdict(True, "alive")
+        return _passes("alive")
 
     def _describe_last(self) -> str:
         return {

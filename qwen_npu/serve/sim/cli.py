@@ -8,28 +8,38 @@ with one line naming the source, key and fix.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import sys
+import typing
 from typing import Any
 
+from pydantic.fields import FieldInfo
+
 from qwen_npu.cli_parser import OneLineParser
-from qwen_npu.serve.ports import cannot_listen
-from qwen_npu.serve.sim.config import (
-    FIELDS,
-    ConfigError,
-    SimConfig,
-    build,
-    coerce,
-    field_kind,
-    list_profiles,
-)
+from qwen_npu.serve.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles, typed
 
 BANNER = (
     "qwen-npu sim: a SIMULATOR of SGLang 0.5.23's HTTP surface for tests and demos. "
     "It runs no model and its output is synthetic; never point production traffic at it."
 )
+
+
+def _metavar(f: FieldInfo) -> str:
+    """BOOL, INT, FLOAT, FLOATS (comma-separated) or STR, from the field's type."""
+    args = typing.get_args(f.annotation) or (f.annotation,)
+    t = next(a for a in args if a is not type(None))
+    if typing.get_origin(t) is list:
+        return "FLOATS"
+    return {bool: "BOOL", int: "INT", float: "FLOAT"}.get(t, "STR")
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,12 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML file of key: value (same names as the flags)")
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
-    defaults = SimConfig()
     for key, f in FIELDS.items():
-        kind = field_kind(f)
-        default = getattr(defaults, f.name)
-        help_ = f"{f.metadata['help']} (default: {default})"
-        if kind == "bool":
+        metavar = _metavar(f)
+        help_ = f"{f.description} (default: {_shown(f.default)})"
+        if metavar == "BOOL":
             p.add_argument(
                 f"--{key}",
                 nargs="?",
@@ -57,19 +65,20 @@ def _parser() -> argparse.ArgumentParser:
                 help=help_,
             )
         else:
-            p.add_argument(f"--{key}", default=None, metavar=kind.rstrip("?").upper(), help=help_)
+            p.add_argument(f"--{key}", default=None, metavar=metavar, help=help_)
     return p
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The namespace and the typed flags given on the command line (kebab-case keys)."""
     ns = _parser().parse_args(argv)
-    flags: dict[str, Any] = {}
-    for key, f in FIELDS.items():
-        raw = getattr(ns, f.name)
-        if raw is not None:
-            flags[key] = coerce(key, raw, "flag")
-    return ns, flags
+    raw = {key: getattr(ns, key.replace("-", "_")) for key in FIELDS}
+    return ns, typed({k: v for k, v in raw.items() if v is not None}, "flag")
+
+
+def effective(cfg: SimConfig) -> dict[str, Any]:
+    """The config with kebab-case keys (the start log, --print-config and GET /sim/config)."""
+    return cfg.model_dump(mode="json", by_alias=True)
 
 
 def setup_logging(level: str) -> None:
@@ -91,73 +100,21 @@ def main(argv: list[str]) -> int:
         print(f"qwen-npu sim: {exc}", file=sys.stderr)
         return 2
     if ns.print_config:
-        print(json.dumps(cfg.as_dict(), indent=2))
+        print(json.dumps(effective(cfg), indent=2))
         return 0
     setup_logging(cfg.log_level)
     log = logging.getLogger("qwen_npu.sim")
     log.warning("event=banner what=%r", BANNER)
     log.info(
         "event=config effective=%s from=%s",
-        json.dumps(cfg.as_dict(), separators=(",", ":")),
+        json.dumps(effective(cfg), separators=(",", ":")),
         json.dumps(origin, separators=(",", ":")),
     )
     return serve(cfg)
 
 
 def serve(cfg: SimConfig) -> int:
-    """Run the server in the foreground until SIGINT/SIGTERM."""
-    import uvicorn
-    from prometheus_client import disable_created_metrics
+    """Run the server in the foreground until SIGINT, or SIGTERM and a drain (sim/server.py)."""
+    from qwen_npu.serve.sim.server import serve as run_server
 
-    from qwen_npu.serve.sim.app import RawSend, create_app, stamped_protocol
-    from qwen_npu.serve.sim.clock import new_loop
-
-    disable_created_metrics()  # type: ignore[no-untyped-call]  # SGLang's multiprocess exposition has no *_created series
-    config = uvicorn.Config(
-        RawSend(create_app(cfg)),
-        host=cfg.host,
-        port=cfg.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_keep_alive=30,
-        backlog=4096,
-        timeout_graceful_shutdown=3,  # hung requests (faults) must not block SIGTERM
-        http=stamped_protocol(),
-    )
-    server = uvicorn.Server(config)
-    log = logging.getLogger("qwen_npu.sim")
-    busy = cannot_listen(cfg.host, cfg.port)
-    if busy:
-        log.error(
-            "event=cannot_listen host=%s port=%d error=%r "
-            "next='pick a free --port or check --host'",
-            cfg.host,
-            cfg.port,
-            busy,
-        )
-        return 1
-    log.info(
-        "event=listening url=http://%s:%d next='curl http://%s:%d/health'",
-        cfg.host,
-        cfg.port,
-        cfg.host,
-        cfg.port,
-    )
-    try:
-        # The loop polls through clock.StampingSelector: arrivals are stamped at the poll.
-        with asyncio.Runner(loop_factory=new_loop) as runner:
-            runner.run(server.serve())
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled after a clean shutdown
-        log.info("event=stopped reason=SIGINT")
-        return 0
-    except OSError as exc:
-        log.error("event=cannot_listen error=%r next='pick a free --port'", str(exc))
-        return 1
-    except SystemExit:  # uvicorn exits (code 3) when the bind fails after all; it logged why
-        log.error("event=cannot_listen next='pick a free --port or check --host'")
-        return 1
-    if not server.started:
-        log.error("event=cannot_listen next='pick a free --port or check --host'")
-        return 1
-    return 0
+    return run_server(cfg)

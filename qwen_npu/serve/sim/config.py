@@ -4,35 +4,65 @@ Every field has a documented default. The same kebab-case name works as a YAML k
 (``ttft-ms: 50``), a flag (``--ttft-ms 50``) and, upper-cased with ``QWEN_NPU_SIM_``, an environment
 variable (``QWEN_NPU_SIM_TTFT_MS=50``). Precedence: flags > environment > YAML (``--config`` over
 ``--profile``) > defaults. ``validate()`` returns specific errors, one line each.
+
+Typing and coercion are pydantic-settings' (as in the sidecar's settings): the environment layer is
+its ``EnvSettingsSource`` over the given mapping, and every layer (YAML, environment, flags) is
+validated by the model itself, so an error names the layer, the key and the expected type. The
+layers are merged here rather than by ``BaseSettings.__init__`` because the start log reports, per
+key, which layer its value came from.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AliasGenerator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 ENV_PREFIX = "QWEN_NPU_SIM_"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 SPEC_ALGORITHMS = ("none", "NEXTN", "EAGLE", "EAGLE3")
+_NONE_WORDS = ("", "none", "null")
 
 
 class ConfigError(ValueError):
     """Bad simulator configuration; the message is one line naming the source, key and fix."""
 
 
-def _f(default: Any, help_: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help_, **kw})
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
 
 
-@dataclass
-class SimConfig:
-    """Every knob of the simulator. Field ``foo_bar`` is key/flag ``foo-bar``."""
+def _f(default: Any, help_: str, *, fault: bool = False) -> Any:
+    return Field(default, description=help_, json_schema_extra={"fault": True} if fault else None)
+
+
+class SimConfig(BaseSettings):
+    """Every knob of the simulator. Field ``foo_bar`` is key/flag ``foo-bar``.
+
+    Constructing it reads no environment (``build`` layers the sources); types are checked at
+    construction, ranges and cross-field rules by ``validate()``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        case_sensitive=False,
+        extra="forbid",
+        coerce_numbers_to_str=True,
+        alias_generator=AliasGenerator(serialization_alias=_kebab),
+    )
 
     # Server
     host: str = _f("127.0.0.1", "address to listen on")
@@ -40,12 +70,23 @@ class SimConfig:
     model_path: str = _f("Qwen/Qwen3.6-35B-A3B-w8a8-sim", "model_path reported by /model_info")
     served_model_name: str = _f("", "model name in /v1/models and metric labels (model-path)")
     log_level: str = _f("info", "debug, info, warning or error")
-    # Timing
+    # Timing: prefill
     ttft_ms: float = _f(50.0, "time to first token of an unqueued request, before prompt cost")
     prefill_ms_per_1k_tokens: float = _f(0.0, "TTFT added per 1000 prompt tokens")
-    prefill_serial: bool = _f(False, "prefills run one at a time, so TTFT grows with arrivals")
+    prefill_serial: bool = _f(
+        False, "prefills run one batch at a time, so TTFT grows with arrivals"
+    )
+    prefill_batch_tokens: int = _f(
+        0, "with prefill-serial: prompt tokens one prefill batch may hold (0 = one request)"
+    )
+    # Timing: decode (docs/simulator.md, "The timing model")
     itl_ms: float = _f(10.0, "one decode step (one verify step with speculative decoding)")
     itl_ms_per_running_req: float = _f(0.0, "decode step time added per running request beyond 1")
+    step_fixed_ms: float | None = _f(
+        None, "fixed part of one engine step; when set, steps are priced per token (not itl-ms)"
+    )
+    step_ms_per_token: float = _f(0.0, "step time per token in the batch (with step-fixed-ms)")
+    draft_step_ms: float = _f(0.0, "draft model's cost per draft step (with step-fixed-ms)")
     max_running_requests: int = _f(64, "requests decoded at once; the rest wait in the queue")
     max_queued_requests: int = _f(4096, "queue bound; beyond it /generate answers 503")
     startup_delay_s: float = _f(0.0, "seconds of 503 from /health, /ready and /generate at start")
@@ -55,12 +96,16 @@ class SimConfig:
     # Speculative decoding (MTP)
     speculative_algorithm: str = _f("none", "none or NEXTN/EAGLE/EAGLE3 (MTP-like verify steps)")
     speculative_num_steps: int = _f(3, "draft steps per verify step")
-    speculative_eagle_topk: int = _f(1, "reported only")
-    speculative_num_draft_tokens: int = _f(4, "draft tokens per verify step (reported)")
-    accept_length: float | None = _f(
-        None, "mean tokens per verify step, 1..num-steps+1 (implies NEXTN when set)"
+    speculative_eagle_topk: int = _f(1, "reported; with 1 a verify step has num-steps+1 tokens")
+    speculative_num_draft_tokens: int = _f(4, "tokens per request in a verify step (topk > 1)")
+    accept_rate: float | None = _f(
+        None, "chance the first draft token is accepted (implies NEXTN when set)"
     )
-    accept_distribution: list[float] | None = _f(  # noqa: RUF009
+    accept_decay: float = _f(1.0, "accept-rate's factor per further draft position")
+    accept_length: float | None = _f(
+        None, "mean tokens per verify step, 1..num-steps+1 (implies NEXTN; over accept-rate)"
+    )
+    accept_distribution: Annotated[list[float] | None, NoDecode] = _f(
         None, "probabilities of 1..num-steps+1 tokens per verify step (overrides accept-length)"
     )
     # Output
@@ -80,6 +125,36 @@ class SimConfig:
     garbled: bool = _f(False, "greedy output degenerates into repetition", fault=True)
     garble_after_tokens: int = _f(8, "tokens of normal output before the repetition starts")
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # build() layers YAML, environment and flags itself
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank(cls, value: Any, info: ValidationInfo) -> Any:
+        """An empty or "none" string: false for a boolean, none for an optional key."""
+        if isinstance(value, str) and value.strip().lower() in _NONE_WORDS:
+            f = cls.model_fields[str(info.field_name)]
+            if f.annotation is bool and not value.strip():
+                return False
+            if f.default is None:
+                return None
+        return value
+
+    @field_validator("accept_distribution", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() not in _NONE_WORDS:
+            return [x.strip() for x in value.split(",")]
+        return value
+
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model_path
@@ -88,13 +163,17 @@ class SimConfig:
     def spec_enabled(self) -> bool:
         return self.speculative_algorithm != "none"
 
-    def validate(self) -> list[str]:
+    def validate(self) -> list[str]:  # type: ignore[override]  # not pydantic's deprecated classmethod
         """Every problem, one line each naming the key and the fix; empty when valid."""
         errs: list[str] = []
 
         def need(ok: bool, key: str, msg: str) -> None:
             if not ok:
                 errs.append(f"{key}: {msg}")
+
+        def at_least_0(key: str, unit: str) -> None:
+            val = getattr(self, key)
+            need(math.isfinite(val) and val >= 0, _kebab(key), f"{val} must be >= 0 {unit}")
 
         need(1 <= self.port <= 65535, "port", f"{self.port} is not a TCP port; use 1..65535")
         need(
@@ -103,18 +182,26 @@ class SimConfig:
             f"{self.log_level!r}; use debug, info, warning or error",
         )
         for key in ("ttft_ms", "prefill_ms_per_1k_tokens", "itl_ms_per_running_req"):
-            val = getattr(self, key)
-            need(math.isfinite(val) and val >= 0, _kebab(key), f"{val} must be >= 0 ms")
+            at_least_0(key, "ms")
+        for key in ("step_ms_per_token", "draft_step_ms"):
+            at_least_0(key, "ms")
+        need(self.prefill_batch_tokens >= 0, "prefill-batch-tokens", "must be >= 0 (0 = off)")
         need(
             math.isfinite(self.itl_ms) and self.itl_ms > 0,
             "itl-ms",
             f"{self.itl_ms} must be > 0 ms",
         )
+        if self.step_fixed_ms is not None:
+            at_least_0("step_fixed_ms", "ms")
+            need(
+                self.step_fixed_ms + self.step_ms_per_token > 0,
+                "step-fixed-ms",
+                "step-fixed-ms + step-ms-per-token must be > 0 ms (a step takes time)",
+            )
         need(self.max_running_requests >= 1, "max-running-requests", "must be >= 1")
         need(self.max_queued_requests >= 0, "max-queued-requests", "must be >= 0")
         for key in ("startup_delay_s", "crash_after_s", "metrics_delay_s"):
-            val = getattr(self, key)
-            need(math.isfinite(val) and val >= 0, _kebab(key), f"{val} must be >= 0 s")
+            at_least_0(key, "s")
         need(self.health_check_timeout_s > 0, "health-check-timeout-s", "must be > 0 s")
         need(self.health_check_poll_s > 0, "health-check-poll-s", "must be > 0 s")
         need(self.max_total_tokens >= 1, "max-total-tokens", "must be >= 1")
@@ -127,6 +214,9 @@ class SimConfig:
         need(self.speculative_eagle_topk >= 1, "speculative-eagle-topk", "must be >= 1")
         need(self.speculative_num_draft_tokens >= 1, "speculative-num-draft-tokens", ">= 1")
         top = self.speculative_num_steps + 1
+        if self.accept_rate is not None:
+            need(0.0 <= self.accept_rate <= 1.0, "accept-rate", f"{self.accept_rate}; use 0..1")
+        need(0.0 <= self.accept_decay <= 1.0, "accept-decay", f"{self.accept_decay}; use 0..1")
         if self.accept_length is not None:
             need(
                 1.0 <= self.accept_length <= top,
@@ -153,75 +243,46 @@ class SimConfig:
         need(self.garble_after_tokens >= 0, "garble-after-tokens", "must be >= 0")
         return errs
 
-    def as_dict(self) -> dict[str, Any]:
-        """The effective config with kebab-case keys (what the start log prints)."""
-        return {_kebab(k): v for k, v in dataclasses.asdict(self).items()}
+
+#: Every key (kebab-case) and its pydantic field (``.description`` is the help, ``.default``).
+FIELDS: dict[str, FieldInfo] = {_kebab(name): f for name, f in SimConfig.model_fields.items()}
+FAULT_KEYS: tuple[str, ...] = tuple(
+    name
+    for name, f in SimConfig.model_fields.items()
+    if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("fault")
+)
+_HINTS = {
+    "bool": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "list": "a list of numbers (comma-separated on the command line)",
+    "string": "a string",
+}
 
 
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
+def typed(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """One layer of raw values (kebab-case keys) checked and typed by the model.
 
-
-FIELDS: dict[str, dataclasses.Field[Any]] = {_kebab(f.name): f for f in fields(SimConfig)}
-FAULT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(SimConfig) if f.metadata.get("fault"))
-
-
-def field_kind(f: dataclasses.Field[Any]) -> str:
-    """'bool', 'int', 'float', 'str', 'float?' (optional float) or 'floats?' (optional list)."""
-    t = str(f.type)
-    if "list" in t:
-        return "floats?"
-    if "None" in t:
-        return "float?"
-    return t
-
-
-def coerce(key: str, value: Any, source: str) -> Any:
-    """Convert one raw value (YAML scalar, env string or flag string) to the field's type."""
-    f = FIELDS[key]
-    kind = field_kind(f)
-    where = f"{source}: key {key}"
+    Unknown keys and values of the wrong type raise ConfigError naming ``source`` and the key.
+    """
+    for key in values:
+        if key not in FIELDS:
+            raise unknown_key_error(key, source)
+    raw = {k.replace("-", "_"): v for k, v in values.items()}
     try:
-        if kind == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off", ""):
-                return False
-            raise ValueError
-        if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)
-        if kind == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if kind == "float?":
-            if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-                return None
-            return float(value)
-        if kind == "floats?":
-            if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-                return None
-            items = value if isinstance(value, list) else str(value).split(",")
-            return [float(x) for x in items]
-        if value is None:
-            raise ValueError
-        return str(value)
-    except (TypeError, ValueError):
-        hint = {
-            "bool": "true or false",
-            "int": "an integer",
-            "float": "a number",
-            "float?": "a number or none",
-            "floats?": "a list of numbers (comma-separated on the command line)",
-        }.get(kind, "a string")
-        raise ConfigError(f"{where}: {value!r} is not {hint}; fix the value") from None
+        cfg = SimConfig(**raw)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        kind = "list" if len(err["loc"]) > 1 else err["type"].split("_")[0]
+        hint = _HINTS.get(kind, "valid")
+        if FIELDS[_kebab(name)].default is None and kind != "list":
+            hint += " or none"
+        value = raw.get(name)
+        raise ConfigError(
+            f"{source}: key {_kebab(name)}: {value!r} is not {hint}; fix the value"
+        ) from None
+    return {_kebab(k): getattr(cfg, k) for k in raw}
 
 
 def unknown_key_error(key: str, source: str) -> ConfigError:
@@ -245,13 +306,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of key: value; fix the file")
-    out: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = str(raw_key).replace("_", "-")
-        if key not in FIELDS:
-            raise unknown_key_error(key, str(path))
-        out[key] = coerce(key, value, str(path))
-    return out
+    return typed({str(k).replace("_", "-"): v for k, v in data.items()}, str(path))
 
 
 def profile_path(name: str) -> Path:
@@ -270,19 +325,32 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
-def from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    """The QWEN_NPU_SIM_* variables as {kebab-key: typed value} (PROFILE and CONFIG excluded)."""
-    out: dict[str, Any] = {}
-    for name, value in env.items():
-        if not name.startswith(ENV_PREFIX):
-            continue
-        key = name[len(ENV_PREFIX) :].lower().replace("_", "-")
+class _EnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ``."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        super().__init__(SimConfig)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self._env.items()}
+
+
+def _env_layer(env: Mapping[str, str]) -> list[tuple[dict[str, Any], str]]:
+    """The QWEN_NPU_SIM_* variables, one typed layer per variable (so errors name it)."""
+    ours = {k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
+    layers = []
+    for name in ours:
+        key = _kebab(name[len(ENV_PREFIX) :].lower())
         if key in ("profile", "config"):
             continue
         if key not in FIELDS:
             raise unknown_key_error(key, f"environment {name}")
-        out[key] = coerce(key, value, f"environment {name}")
-    return out
+    found = _EnvSource(ours)()
+    for field_name, value in found.items():
+        source = f"environment {ENV_PREFIX}{field_name.upper()}"
+        layers.append((typed({_kebab(field_name): value}, source), "environment"))
+    return layers
 
 
 def build(
@@ -295,36 +363,35 @@ def build(
     """Merge defaults < profile YAML < config YAML < env < flags.
 
     Returns the config and, per key that is not a default, where its value came from.
-    ``flags`` holds already-typed values keyed by kebab-case name. Raises ConfigError.
+    ``flags`` holds values keyed by kebab-case name (typed or strings). Raises ConfigError.
     """
     env = os.environ if env is None else env
     profile = profile or env.get(ENV_PREFIX + "PROFILE") or None
     config_file = config_file or env.get(ENV_PREFIX + "CONFIG") or None
+    layers: list[tuple[dict[str, Any], str]] = []
+    if profile:
+        layers.append((load_yaml(profile_path(profile)), f"profile {profile}"))
+    if config_file:
+        layers.append((load_yaml(Path(config_file)), f"config {config_file}"))
+    layers += _env_layer(env)
+    layers.append((typed(flags or {}, "flags"), "flag"))
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
-
-    def layer(values: Mapping[str, Any], source: str) -> None:
+    for values, source in layers:
         for key, value in values.items():
             merged[key] = value
             origin[key] = source
-
-    if profile:
-        path = profile_path(profile)
-        layer(load_yaml(path), f"profile {profile}")
-    if config_file:
-        layer(load_yaml(Path(config_file)), f"config {config_file}")
-    layer(from_env(env), "environment")
-    for key in flags or {}:
-        if key not in FIELDS:
-            raise unknown_key_error(key, "flags")
-    layer(dict(flags or {}), "flag")
+    implied = any(merged.get(k) is not None for k in SPEC_IMPLYING)
+    if implied and "speculative-algorithm" not in merged:
+        merged["speculative-algorithm"] = "NEXTN"
+        origin["speculative-algorithm"] = "implied by " + "/".join(SPEC_IMPLYING)
     cfg = SimConfig(**{k.replace("-", "_"): v for k, v in merged.items()})
-    implied = cfg.accept_length is not None or cfg.accept_distribution is not None
-    if implied and not cfg.spec_enabled and "speculative-algorithm" not in merged:
-        cfg.speculative_algorithm = "NEXTN"
-        origin["speculative-algorithm"] = "implied by accept-length/accept-distribution"
     errs = cfg.validate()
     if errs:
         where = ", ".join(sorted({origin.get(e.split(":")[0], "default") for e in errs}))
         raise ConfigError(f"invalid simulator config ({where}): " + "; ".join(errs))
     return cfg, origin
+
+
+#: Keys whose value turns speculative decoding on when speculative-algorithm is not given.
+SPEC_IMPLYING = ("accept-length", "accept-distribution", "accept-rate")

@@ -1,14 +1,19 @@
 """The simulated scheduler: bounded running set, a queue, and one timer that drives every request.
 
 Timing is kept honest with absolute deadlines on the event loop's monotonic clock: a request's
-first token is due at ``admit + ttft(prompt)``, each later step at ``previous deadline +
-step(batch)``. Lateness of one wake-up never accumulates. A burst of due steps cannot all be
-sent at the same instant on one core, so the engine centres the burst on its deadline: a lead
-(0..5 ms), tracked from every streamed send so that the median send lateness is zero, makes the
-timer fire that much earlier. One timer (``loop.call_at``) wakes for the
-earliest deadline, slightly early because epoll rounds sleeps up to the millisecond, and emits every
-step that is due. Each request keeps its own step phase (as if it had joined the batch the moment
-its prefill finished), so the measured TTFT and inter-token gaps equal the configured ones.
+first token is due at the end of its prefill batch, each later step at ``previous deadline +
+step(batch)``, both priced by ``pricing`` (a fixed part plus a part per token in the batch).
+Lateness of one wake-up never accumulates. A burst of due steps cannot all be sent at the same
+instant on one core, so the engine centres the burst on its deadline: a lead (0..5 ms), tracked
+from every streamed send so that the median send lateness is zero, makes the timer fire that much
+earlier. One timer (``loop.call_at``) wakes for the earliest deadline, slightly early because
+epoll rounds sleeps up to the millisecond, and emits every step that is due. Each request keeps
+its own step phase (as if it had joined the batch the moment its prefill finished), so the
+measured TTFT and inter-token gaps equal the priced ones.
+
+With ``prefill-serial`` one prefill batch runs at a time: a request arriving while the last batch
+has not ended joins it (ending it later by its own prompt's cost) while the batch holds at most
+``prefill-batch-tokens``, otherwise it waits for the next batch.
 
 With speculative decoding each verify step emits 1..num_steps+1 tokens at once (MTP-like), drawn
 from the acceptance distribution. ``hang_generate`` freezes the clock; resuming shifts every
@@ -25,8 +30,10 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from qwen_npu.serve.sim import pricing
 from qwen_npu.serve.sim.config import SimConfig
 from qwen_npu.serve.sim.metrics import GaugeValues, SimMetrics
+from qwen_npu.serve.sim.pricing import acceptance_distribution
 from qwen_npu.serve.sim.tokens import TokenStream, splitmix64
 
 EARLY_S = 0.0005  # wake this much before a deadline; epoll sleeps round up to 1 ms
@@ -44,31 +51,14 @@ class Aborted(Exception):
     """The request was aborted (client gone or server stopping)."""
 
 
-def acceptance_distribution(cfg: SimConfig) -> list[float]:
-    """Probabilities of 1..num_steps+1 tokens per verify step.
+@dataclass(slots=True)
+class PrefillBatch:
+    """The last prefill batch of the serial lane: when it runs and who is in it."""
 
-    ``accept-distribution`` wins; otherwise each draft token is accepted with one probability p
-    until the first rejection (how MTP drafts behave), with p solved so the mean is
-    ``accept-length``. Without either the verify step accepts nothing extra (mean 1).
-    """
-    n = cfg.speculative_num_steps
-    if cfg.accept_distribution is not None:
-        return list(cfg.accept_distribution)
-    target = 1.0 if cfg.accept_length is None else cfg.accept_length
-
-    def mean(p: float) -> float:
-        return sum(p**i for i in range(n + 1))
-
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if mean(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    p = (lo + hi) / 2
-    dist = [p ** (k - 1) * (1 - p) for k in range(1, n + 1)] + [p**n]
-    return dist
+    start: float
+    end: float
+    tokens: int
+    members: list[Request]
 
 
 @dataclass(slots=True)
@@ -173,7 +163,7 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._paused_at: float | None = None
-        self._lane_free = -math.inf  # prefill-serial: when the prefill lane is free again
+        self._batch: PrefillBatch | None = None  # prefill-serial: the lane's last batch
         self.last_emit = -math.inf
         self.lead = 0.0  # burst-centring lead (seconds), see observe_send()
         self.lateness: deque[float] = deque(maxlen=20000)  # recent send lateness (seconds)
@@ -188,14 +178,11 @@ class Engine:
 
     # -- timing model ------------------------------------------------------------------------
 
-    def prefill_s(self, prompt_len: int) -> float:
-        c = self.cfg
-        return (c.ttft_ms + c.prefill_ms_per_1k_tokens * prompt_len / 1000.0) / 1000.0
+    def prefill_s(self, prompt_tokens: int) -> float:
+        return pricing.prefill_ms(self.cfg, prompt_tokens) / 1000.0
 
     def step_s(self) -> float:
-        c = self.cfg
-        extra = max(len(self.running) - 1, 0) * c.itl_ms_per_running_req
-        return (c.itl_ms + extra) / 1000.0
+        return pricing.step_ms(self.cfg, len(self.running)) / 1000.0
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -222,11 +209,24 @@ class Engine:
         self.running.add(req)
         if req.log_metrics:
             self.metrics.queue_time.observe(max(at - req.arrival, 0.0))
-        start = at
-        if self.cfg.prefill_serial:
-            start = max(at, self._lane_free)
-            self._lane_free = start + self.prefill_s(req.prompt_len)
-        self._push(start + self.prefill_s(req.prompt_len), req)
+        if not self.cfg.prefill_serial:
+            self._push(at + self.prefill_s(req.prompt_len), req)
+            return
+        b = self._batch
+        cap = self.cfg.prefill_batch_tokens
+        open_ = b is not None and at < b.end and all(r.emitted == 0 for r in b.members)
+        if b is not None and open_ and b.tokens + req.prompt_len <= cap:
+            b.tokens += req.prompt_len
+            b.end = b.start + self.prefill_s(b.tokens)
+            b.members.append(req)
+            for r in b.members:  # the whole batch ends later; their old heap entries go stale
+                if not r.done:
+                    self._push(b.end, r)
+            return
+        start = at if b is None else max(at, b.end)
+        b = PrefillBatch(start, start + self.prefill_s(req.prompt_len), req.prompt_len, [req])
+        self._batch = b
+        self._push(b.end, req)
 
     def _push(self, deadline: float, req: Request) -> None:
         req.deadline = deadline
@@ -284,7 +284,7 @@ class Engine:
                 self.loop.call_soon(self._on_timer)
                 return
             deadline, _, req = heapq.heappop(heap)
-            if not req.done:
+            if not req.done and deadline == req.deadline:  # else aborted, or moved (stale)
                 self._step(req, deadline, now)
                 budget -= 1
         self._arm()
@@ -375,15 +375,13 @@ class Engine:
         shift = self.loop.time() - self._paused_at
         self._paused_at = None
         self._heap = [(d + shift, s, r) for d, s, r in self._heap]
-        self._lane_free += shift
         heapq.heapify(self._heap)
-        for _, _, r in self._heap:
+        for r in {r for _, _, r in self._heap}:
             r.deadline += shift
+        if self._batch is not None:
+            self._batch.start += shift
+            self._batch.end += shift
         self._arm()
-
-    @property
-    def paused(self) -> bool:
-        return self._paused_at is not None
 
     # -- what /metrics and /server_info read -------------------------------------------------
 

@@ -32,6 +32,14 @@ class GenParams:
     include_usage: bool = False
 
 
+def loads(raw: bytes) -> Any:
+    """A request body as JSON ({} when empty); BadRequest when it is not JSON."""
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        raise BadRequest("the body is not valid JSON") from None
+
+
 def _int_list(value: Any, key: str) -> list[int]:
     if not isinstance(value, list) or not all(
         isinstance(x, int) and not isinstance(x, bool) for x in value

@@ -2,31 +2,24 @@
 
 Other parts' tests (sidecar, load test, observability) build on this: it picks a free port on
 127.0.0.1, starts ``python -m qwen_npu sim`` with the given config as flags, waits until the port
-answers, yields the base URL and always terminates the process (then kills it if it lingers).
-Keyword names are the config fields in snake_case (``ttft_ms=5``); values are typed as in YAML.
+answers, yields the base URL and always stops the process. Keyword names are the config fields in
+snake_case (``ttft_ms=5``); values are typed as in YAML. Starting, waiting and stopping are
+``qwen_npu.testing.processes``'s; this module only turns a config into a command line.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from qwen_npu.serve.sim.config import FIELDS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from qwen_npu.testing import processes
+from qwen_npu.testing.processes import free_port
 
 
 def _flag_args(config: dict[str, Any]) -> list[str]:
@@ -46,12 +39,6 @@ def _flag_args(config: dict[str, Any]) -> list[str]:
             value = ",".join(str(v) for v in value)
         args += [f"--{key}", str(value)]
     return args
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextlib.contextmanager
@@ -79,51 +66,30 @@ def running_sim_process(
     """Start the simulator, yield (base URL, process), stop it at exit.
 
     ``startup_timeout_s`` bounds the wait for the port (not the simulated ``startup_delay_s``:
-    the port opens at once and answers 503 until ready). The process's stderr is kept in a
-    temporary file and shown in the error if it exits early. ``env`` adds environment variables.
+    the port opens at once and answers 503 until ready). The process's output is kept in a
+    temporary file and its tail shown in the error if it exits early (``ProcessExited``) or
+    does not listen in time (``WaitTimeout``). ``env`` adds environment variables.
     """
     port = int(config.pop("port", 0)) or free_port()
     config.setdefault("host", "127.0.0.1")
     cmd = [sys.executable, "-m", "qwen_npu", "sim", "--port", str(port), *_flag_args(config)]
-    child_env = {**os.environ, **(env or {})}
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=log, env=child_env, stdin=subprocess.DEVNULL
-        )
-        try:
-            deadline = time.monotonic() + startup_timeout_s
-            while not _listening(port):
-                if proc.poll() is not None:
-                    log.seek(0)
-                    out = log.read().decode(errors="replace")
-                    raise RuntimeError(f"qwen-npu sim exited {proc.returncode} at start:\n{out}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"qwen-npu sim did not listen on {port} in time")
-                time.sleep(0.02)
-            yield f"http://127.0.0.1:{port}", proc
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
+    with (
+        tempfile.TemporaryDirectory(prefix="qwen-npu-sim-") as tmp,
+        processes.running(
+            cmd,
+            log=Path(tmp) / "sim.log",
+            env=env,
+            ready=lambda: processes.listening(port),
+            what=f"qwen-npu sim on port {port}",
+            timeout_s=startup_timeout_s,
+        ) as proc,
+    ):
+        yield f"http://127.0.0.1:{port}", proc
 
 
 def wait_ready(base_url: str, timeout_s: float = 30.0) -> None:
     """Poll /ready until 200 (after a simulated startup delay)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(base_url + "/ready", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{base_url}/ready did not answer 200 in {timeout_s} s")
-        time.sleep(0.02)
+    processes.wait_http(base_url + "/ready", timeout_s=timeout_s)
 
 
 __all__ = ["free_port", "running_sim", "running_sim_process", "wait_ready"]

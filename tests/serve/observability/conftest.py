@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "helm" / "qwen-npu"
 RELEASE = "qwen-npu"
 NAMESPACE = "qwen"  # the promtool tests expect this release namespace

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +41,6 @@ NORMAL_TEXT = (
 
 def fast_settings(**overrides: Any) -> Settings:
     return load_settings(**{**FAST, **overrides})
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll ``check`` until it is true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout}s: {what}")
-        time.sleep(0.02)
 
 
 def metric(client: TestClient, name: str, **labels: str) -> float:

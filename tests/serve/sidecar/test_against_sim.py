@@ -17,7 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qwen_npu.serve.sim.testing import running_sim
-from tests.serve.sidecar.conftest import eventually, fast_settings, metric
+from qwen_npu.testing.processes import wait_until
+from tests.serve.sidecar.conftest import fast_settings, metric
 
 SIM: dict[str, Any] = {
     "health_check_poll_s": 0.05,
@@ -60,7 +61,7 @@ def sim_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def sc(sim_url: str) -> Iterator[TestClient]:
     with sidecar(sim_url) as client:
-        eventually(lambda: client.get("/readyz").status_code == 200, 10, "sidecar sees sim ready")
+        wait_until(lambda: client.get("/readyz").status_code == 200, what="sidecar sees sim ready")
         yield client
 
 
@@ -72,18 +73,18 @@ def healthy_again(request: pytest.FixtureRequest) -> Iterator[None]:
         url, client = request.getfixturevalue("sim_url"), request.getfixturevalue("sc")
         set_faults(url, error_rate=0, hang_health=False, hang_generate=False,
                    metrics_delay_s=0, metrics_malformed=False, garbled=False)  # fmt: skip
-        eventually(lambda: client.get("/livez").status_code == 200, 10, "livez back to 200")
-        eventually(lambda: client.get("/readyz").status_code == 200, 10, "readyz back to 200")
+        wait_until(lambda: client.get("/livez").status_code == 200, what="livez back to 200")
+        wait_until(lambda: client.get("/readyz").status_code == 200, what="readyz back to 200")
 
 
 def test_healthy_sim(sc: TestClient) -> None:
     assert [sc.get(p).status_code for p in ("/startupz", "/readyz", "/livez")] == [200, 200, 200]
-    eventually(lambda: metric(sc, "qwen_npu_spec_enabled") == 1.0, 5, "spec enabled")
+    wait_until(lambda: metric(sc, "qwen_npu_spec_enabled") == 1.0, what="spec enabled")
     assert metric(sc, "qwen_npu_spec_info", algorithm="NEXTN") == 1.0
     assert metric(sc, "qwen_npu_spec_num_steps") == 3.0
     assert metric(sc, "qwen_npu_spec_num_draft_tokens") == 4.0
     assert metric(sc, "qwen_npu_build_info", qwen_npu_version="0.1.0", sglang_version="0.5.23")
-    eventually(lambda: canary_runs(sc, "ok") >= 1, 5, "a clean canary run")
+    wait_until(lambda: canary_runs(sc, "ok") >= 1, what="a clean canary run")
     assert metric(sc, "qwen_npu_canary_degeneration_score") < 0.2
     assert metric(sc, "qwen_npu_engine_draining") == 0.0
 
@@ -94,7 +95,7 @@ def test_spec_window_follows_the_engine(sc: TestClient, sim_url: str) -> None:
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             assert engine.post("/generate", json=body).status_code == 200
-    eventually(lambda: metric(sc, "qwen_npu_spec_accept_length") > 0, 5, "window filled")
+    wait_until(lambda: metric(sc, "qwen_npu_spec_accept_length") > 0, what="window filled")
     length = metric(sc, "qwen_npu_spec_accept_length")
     assert 2.5 <= length <= 3.5  # the simulator draws 3.0 tokens per verify on average
     assert metric(sc, "qwen_npu_spec_accept_rate") == pytest.approx((length - 1) / 3, rel=1e-6)
@@ -103,18 +104,18 @@ def test_spec_window_follows_the_engine(sc: TestClient, sim_url: str) -> None:
 def test_garbled_output_moves_the_canary(sc: TestClient, sim_url: str) -> None:
     before = canary_runs(sc, "degenerated")
     set_faults(sim_url, garbled=True)
-    eventually(lambda: canary_runs(sc, "degenerated") > before, 5, "a degenerated canary run")
+    wait_until(lambda: canary_runs(sc, "degenerated") > before, what="a degenerated canary run")
     assert metric(sc, "qwen_npu_canary_degeneration_score") > 0.5
     assert metric(sc, "qwen_npu_canary_longest_repeat_tokens") >= 30
     assert sc.get("/readyz").status_code == 200  # garbled output is not a health failure
     set_faults(sim_url, garbled=False)
-    eventually(lambda: metric(sc, "qwen_npu_canary_degeneration_score") < 0.2, 5, "clean again")
+    wait_until(lambda: metric(sc, "qwen_npu_canary_degeneration_score") < 0.2, what="clean again")
 
 
 def test_error_burst_counts_errors_but_keeps_ready(sc: TestClient, sim_url: str) -> None:
     status_before, canary_before = errors(sc, "status"), canary_runs(sc, "error")
     set_faults(sim_url, error_rate=1.0)
-    eventually(lambda: canary_runs(sc, "error") >= canary_before + 2, 5, "canary errors")
+    wait_until(lambda: canary_runs(sc, "error") >= canary_before + 2, what="canary errors")
     assert errors(sc, "status") >= status_before + 2
     assert [sc.get(p).status_code for p in ("/readyz", "/livez")] == [200, 200]
 
@@ -122,16 +123,16 @@ def test_error_burst_counts_errors_but_keeps_ready(sc: TestClient, sim_url: str)
 def test_malformed_and_slow_engine_metrics_are_counted(sc: TestClient, sim_url: str) -> None:
     malformed, timeouts = errors(sc, "malformed"), errors(sc, "timeout")
     set_faults(sim_url, metrics_malformed=True)
-    eventually(lambda: errors(sc, "malformed") > malformed, 5, "malformed /metrics counted")
+    wait_until(lambda: errors(sc, "malformed") > malformed, what="malformed /metrics counted")
     set_faults(sim_url, metrics_malformed=False, metrics_delay_s=2.0)
-    eventually(lambda: errors(sc, "timeout") > timeouts, 5, "slow /metrics counted")
+    wait_until(lambda: errors(sc, "timeout") > timeouts, what="slow /metrics counted")
     assert [sc.get(p).status_code for p in ("/readyz", "/livez")] == [200, 200]
 
 
 def test_stuck_scheduler_fails_liveness(sc: TestClient, sim_url: str) -> None:
     set_faults(sim_url, hang_generate=True)  # /health answers 503 after its 1 s check
-    eventually(lambda: sc.get("/readyz").status_code == 503, 5, "readyz 503")
-    eventually(lambda: sc.get("/livez").status_code == 503, 8, "livez 503 after 2 slow 503s")
+    wait_until(lambda: sc.get("/readyz").status_code == 503, what="readyz 503")
+    wait_until(lambda: sc.get("/livez").status_code == 503, what="livez 503 after 2 slow 503s")
     assert "stuck" in sc.get("/livez").json()["reason"]
     assert metric(sc, "qwen_npu_engine_draining") == 0.0
     assert metric(sc, "qwen_npu_engine_up") == 1.0
@@ -140,7 +141,7 @@ def test_stuck_scheduler_fails_liveness(sc: TestClient, sim_url: str) -> None:
 
 def test_hung_health_fails_liveness_and_probes_stay_fast(sc: TestClient, sim_url: str) -> None:
     set_faults(sim_url, hang_health=True)
-    eventually(lambda: sc.get("/livez").status_code == 503, 8, "livez 503 after 2 timeouts")
+    wait_until(lambda: sc.get("/livez").status_code == 503, what="livez 503 after 2 timeouts")
     assert "timed out" in sc.get("/livez").json()["reason"]
     assert sc.get("/readyz").status_code == 503
     assert metric(sc, "qwen_npu_engine_consecutive_failures") >= 2
@@ -156,8 +157,8 @@ def test_slow_start() -> None:
         assert first.status_code == 503 and "starting" in first.json()["reason"]
         assert sc.get("/readyz").status_code == 503
         assert sc.get("/livez").status_code == 200  # loading within budget is alive
-        eventually(lambda: sc.get("/startupz").status_code == 200, 10, "startup passes")
-        eventually(lambda: sc.get("/readyz").status_code == 200, 5, "ready")
+        wait_until(lambda: sc.get("/startupz").status_code == 200, what="startup passes")
+        wait_until(lambda: sc.get("/readyz").status_code == 200, what="ready")
         elapsed = metric(sc, "qwen_npu_engine_startup_elapsed_seconds")
         assert 1.0 <= elapsed < 6.0
         time.sleep(0.3)
@@ -167,16 +168,16 @@ def test_slow_start() -> None:
 
 def test_slow_start_over_budget_fails_startup_and_liveness() -> None:
     with running_sim(**SIM, startup_delay_s=30) as url, sidecar(url, startup_budget_s=0.5) as sc:
-        eventually(lambda: sc.get("/livez").status_code == 503, 5, "livez 503 past the budget")
+        wait_until(lambda: sc.get("/livez").status_code == 503, what="livez 503 past the budget")
         assert "budget exceeded" in sc.get("/startupz").json()["reason"]
         assert metric(sc, "qwen_npu_engine_startup_elapsed_seconds") > 0.5
 
 
 def test_crash() -> None:
     with running_sim(**SIM) as url, sidecar(url, canary_interval_s=0) as sc:
-        eventually(lambda: sc.get("/readyz").status_code == 200, 10, "ready")
+        wait_until(lambda: sc.get("/readyz").status_code == 200, what="ready")
         set_faults(url, crash=True)
-        eventually(lambda: sc.get("/livez").status_code == 503, 5, "livez 503 after refusals")
+        wait_until(lambda: sc.get("/livez").status_code == 503, what="livez 503 after refusals")
         assert sc.get("/startupz").status_code == 503  # the restarted engine must start again
         assert sc.get("/readyz").status_code == 503
         assert metric(sc, "qwen_npu_engine_restarts_total") == 1.0

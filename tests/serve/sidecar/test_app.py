@@ -14,12 +14,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qwen_npu.serve.catalogue import CATALOGUE, PATCH_NAMES
-from tests.serve.sidecar.conftest import FakeEngine, eventually, fake_client, metric
+from qwen_npu.testing.processes import wait_until
+from tests.serve.sidecar.conftest import FakeEngine, fake_client, metric
 from tests.serve.sidecar.test_ub_and_catalogue import write_config
 
 
 def test_healthy_engine_passes_all_three_probes(client: TestClient) -> None:
-    eventually(lambda: client.get("/readyz").status_code == 200, what="/readyz 200")
+    wait_until(lambda: client.get("/readyz").status_code == 200, what="/readyz 200")
     for path in ("/startupz", "/readyz", "/livez"):
         response = client.get(path)
         assert response.status_code == 200, path
@@ -30,7 +31,7 @@ def test_healthy_engine_passes_all_three_probes(client: TestClient) -> None:
 
 
 def test_metrics_page_has_every_catalogue_series_and_passes_promtool(client: TestClient) -> None:
-    eventually(lambda: client.get("/readyz").status_code == 200, what="/readyz 200")
+    wait_until(lambda: client.get("/readyz").status_code == 200, what="/readyz 200")
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -48,7 +49,7 @@ def test_metrics_page_has_every_catalogue_series_and_passes_promtool(client: Tes
 
 
 def test_spec_window_from_engine_counters(client: TestClient, fake: FakeEngine) -> None:
-    eventually(lambda: metric(client, "qwen_npu_spec_enabled") == 1.0, what="spec enabled")
+    wait_until(lambda: metric(client, "qwen_npu_spec_enabled") == 1.0, what="spec enabled")
     assert metric(client, "qwen_npu_spec_info", algorithm="NEXTN") == 1.0
     assert metric(client, "qwen_npu_spec_num_steps") == 3.0
     assert metric(client, "qwen_npu_spec_num_draft_tokens") == 4.0
@@ -57,7 +58,7 @@ def test_spec_window_from_engine_counters(client: TestClient, fake: FakeEngine) 
         fake.generation_tokens += 325.0
         fake.verify_calls += 100.0
         time.sleep(0.05)
-    eventually(
+    wait_until(
         lambda: metric(client, "qwen_npu_spec_accept_length") == pytest.approx(3.25),
         what="accept length 3.25",
     )
@@ -68,7 +69,7 @@ def test_spec_window_from_engine_counters(client: TestClient, fake: FakeEngine) 
 
 
 def test_canary_ok_on_clean_output(client: TestClient) -> None:
-    eventually(
+    wait_until(
         lambda: metric(client, "qwen_npu_canary_runs_total", result="ok") >= 1, what="canary ok"
     )
     assert metric(client, "qwen_npu_canary_degeneration_score") < 0.1
@@ -98,7 +99,7 @@ def test_missing_state_file_is_unknown_then_a_valid_one_is_read(client: TestClie
         "ub_plan": plan,
     }
     (state_dir / "state.json").write_text(json.dumps(state))
-    eventually(
+    wait_until(
         lambda: metric(client, "qwen_npu_ub_plan_known", source="engine") == 1.0,
         what="engine UB plan read",
     )
@@ -115,7 +116,7 @@ def test_missing_state_file_is_unknown_then_a_valid_one_is_read(client: TestClie
                   sglang_version="0.5.23") == 1.0  # fmt: skip
     # Corrupt it: back to unknown, no 500 anywhere.
     (state_dir / "state.json").write_text('{"schema_version": 1, "patches": {tru')
-    eventually(
+    wait_until(
         lambda: metric(client, "qwen_npu_ub_plan_known", source="engine") == 0.0,
         what="corrupt state file -> unknown",
     )
@@ -128,7 +129,7 @@ def test_status_is_json_with_everything_and_no_secret(fake: FakeEngine, tmp_path
     key = tmp_path / "key"
     key.write_text("s3cret\n")
     with fake_client(fake, engine_api_key_file=key, canary_interval_s=0) as c:
-        eventually(lambda: c.get("/readyz").status_code == 200, what="ready")
+        wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
         body = c.get("/status").json()
         assert set(body) == {"probes", "engine", "build", "patches", "ub", "spec", "canary",
                              "settings"}  # fmt: skip
@@ -150,7 +151,7 @@ def test_predicted_plan_and_mismatch(fake: FakeEngine, tmp_path: Path) -> None:
     with fake_client(fake, model_dir=model, tp_size=2, state_dir=state_dir) as c:
         assert metric(c, "qwen_npu_ub_plan_known", source="predicted") == 1.0
         assert metric(c, "qwen_npu_ub_head_block_size", source="predicted") == 1.0
-        eventually(lambda: metric(c, "qwen_npu_ub_plan_mismatch") == 1.0, what="mismatch")
+        wait_until(lambda: metric(c, "qwen_npu_ub_plan_mismatch") == 1.0, what="mismatch")
         assert metric(c, "qwen_npu_ub_headroom_bytes", source="engine") == 196608 - 262144
         assert c.get("/status").json()["ub"]["mismatch"] is True
 
@@ -188,7 +189,7 @@ def test_bad_engine_answers_are_counted_never_fatal(setup, kind: str) -> None:  
     fake.metrics_headers = {}
     setup(fake)
     with fake_client(fake, max_response_bytes=200_000) as c:
-        eventually(
+        wait_until(
             lambda: metric(c, "qwen_npu_engine_errors_total", kind=kind) >= 1,
             what=f"engine_errors_total{{kind={kind}}} counted",
         )
@@ -199,7 +200,7 @@ def test_bad_engine_answers_are_counted_never_fatal(setup, kind: str) -> None:  
 def test_probes_answer_fast_while_the_engine_hangs() -> None:
     fake = FakeEngine()
     with fake_client(fake, health_timeout_s=2.0) as c:
-        eventually(lambda: c.get("/readyz").status_code == 200, what="ready")
+        wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
         fake.health_delay_s = 30.0  # hangs far beyond the probe timeout
         worst = 0.0
         deadline = time.monotonic() + 10
@@ -216,28 +217,28 @@ def test_probes_answer_fast_while_the_engine_hangs() -> None:
         assert c.get("/readyz").status_code == 503
         assert c.get("/startupz").status_code == 200
         fake.health_delay_s = 0.0
-        eventually(lambda: c.get("/livez").status_code == 200, timeout=8, what="healed")
+        wait_until(lambda: c.get("/livez").status_code == 200, what="healed")
 
 
 def test_refusing_engine_after_ready_is_a_restart() -> None:
     fake = FakeEngine()
     with fake_client(fake, canary_interval_s=0) as c:
-        eventually(lambda: c.get("/readyz").status_code == 200, what="ready")
+        wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
         fake.refuse = True
-        eventually(lambda: c.get("/livez").status_code == 503, timeout=5, what="livez 503")
+        wait_until(lambda: c.get("/livez").status_code == 503, what="livez 503")
         assert c.get("/startupz").status_code == 503
         assert metric(c, "qwen_npu_engine_restarts_total") == 1.0
         assert metric(c, "qwen_npu_engine_up") == 0.0
         assert metric(c, "qwen_npu_engine_errors_total", kind="connect") == 1.0
         fake.refuse = False
-        eventually(lambda: c.get("/startupz").status_code == 200, timeout=5, what="started")
+        wait_until(lambda: c.get("/startupz").status_code == 200, what="started")
         assert c.get("/livez").status_code == 200
 
 
 def test_canary_off_never_generates() -> None:
     fake = FakeEngine()
     with fake_client(fake, canary_interval_s=0) as c:
-        eventually(lambda: c.get("/readyz").status_code == 200, what="ready")
+        wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
         time.sleep(0.4)
         assert fake.calls.get("/generate", 0) == 0
         assert (
@@ -256,7 +257,7 @@ def test_canary_golden_file(tmp_path: Path) -> None:
     golden.write_text(fake.generate_text[:30] + suffix + "\n")
     expected = 30 / (30 + len(suffix))
     with fake_client(fake, canary_golden_file=golden) as c:
-        eventually(
+        wait_until(
             lambda: metric(c, "qwen_npu_canary_runs_total", result="golden_mismatch") >= 1,
             what="golden mismatch",
         )

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +16,11 @@ import pytest
 
 from qwen_npu.serve.sidecar import cli
 from qwen_npu.serve.sidecar.config import SettingsError, get_settings, load_settings
-from qwen_npu.serve.sim.testing import free_port, running_sim
+from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.testing import processes
+from qwen_npu.testing.processes import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -100,10 +101,11 @@ def test_settings_error_type() -> None:
         load_settings(liveness_failures=0)
 
 
-def test_the_real_server_process(tmp_path: Path) -> None:
+def test_the_real_server_process(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """``qwen-npu sidecar`` as the pod runs it: read-only friendly, JSON logs, clean stop."""
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run make tools"
+    log = tmp_path_factory.mktemp("sidecar-log") / "sidecar.log"
     with running_sim(health_check_poll_s=0.05, ttft_ms=1, itl_ms=1) as sim:
         port = free_port()
         env = {
@@ -115,21 +117,10 @@ def test_the_real_server_process(tmp_path: Path) -> None:
         os.chmod(tmp_path, 0o555)
         cmd = [sys.executable, "-m", "qwen_npu", "sidecar", "--host", "127.0.0.1",
                "--port", str(port), "--engine-url", sim]  # fmt: skip
-        proc = subprocess.Popen(
-            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        proc = processes.start(cmd, log=log, env=env, replace_env=True, cwd=tmp_path)
         try:
             base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "sidecar never became ready"
-                time.sleep(0.05)
+            processes.wait_http(base + "/readyz", what="sidecar ready", proc=proc, log=log)
             page = httpx.get(base + "/metrics", timeout=5).text
             assert "_created" not in page  # the process disables the *_created series
             check = subprocess.run(
@@ -138,15 +129,11 @@ def test_the_real_server_process(tmp_path: Path) -> None:
             )  # fmt: skip
             assert check.returncode == 0, check.stdout + check.stderr
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                _, err = proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate(timeout=5)
+            returncode = processes.stop(proc)
             os.chmod(tmp_path, 0o755)
+    err = log.read_text()
     # uvicorn stops gracefully, then re-raises SIGTERM: the pod sees 143, as for any process.
-    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert returncode in (0, -signal.SIGTERM), err
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert "sidecar_start" in names and "engine_ready" in names and "sidecar_stop" in names

@@ -10,6 +10,7 @@ import pytest
 
 from qwen_npu.serve.sim import cli
 from qwen_npu.serve.sim.config import (
+    FAULT_KEYS,
     FIELDS,
     ConfigError,
     SimConfig,
@@ -17,13 +18,13 @@ from qwen_npu.serve.sim.config import (
     list_profiles,
     load_yaml,
 )
-from qwen_npu.serve.sim.engine import acceptance_distribution
+from qwen_npu.serve.sim.pricing import acceptance_distribution
 
 
 def test_defaults_are_valid_and_documented() -> None:
     cfg = SimConfig()
     assert cfg.validate() == []
-    assert cfg.as_dict()["ttft-ms"] == 50.0
+    assert cfg.model_dump(by_alias=True)["ttft-ms"] == 50.0
     assert not cfg.spec_enabled
 
 
@@ -62,17 +63,42 @@ def test_profile_and_config_from_env(tmp_path: Path) -> None:
 def test_every_profile_loads_and_opens_with_what_when(name: str) -> None:
     cfg, _ = build({}, profile=name, env={})
     assert cfg.validate() == []
-    text = (Path(__file__).parents[2] / "qwen_npu/serve/sim/profiles" / f"{name}.yaml").read_text()
+    text = (Path(__file__).parents[3] / "qwen_npu/serve/sim/profiles" / f"{name}.yaml").read_text()
     assert text.startswith("# What:")
     assert "# When:" in text
 
 
-def test_mtp_profile_mimics_the_upstream_table() -> None:
-    cfg, _ = build({}, profile="qwen3.6-35b-a3b-910b-tp2-mtp", env={})
-    ttft = cfg.ttft_ms + cfg.prefill_ms_per_1k_tokens * 1.024
-    assert 300 < ttft < 350  # PR: mean TTFT 324 ms at concurrency 1 (1024 prompt tokens)
-    assert cfg.accept_length is not None
-    assert 14 < cfg.itl_ms / cfg.accept_length < 16  # PR: TPOT 15.0 ms at concurrency 1
+def test_constructing_the_config_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QWEN_NPU_SIM_TTFT_MS", "7")
+    assert SimConfig().ttft_ms == 50.0  # build() is the one place that layers the sources
+    cfg, _ = build({})
+    assert cfg.ttft_ms == 7.0
+
+
+def test_env_values_use_the_same_spelling_as_flags() -> None:
+    env = {
+        "QWEN_NPU_SIM_ACCEPT_DISTRIBUTION": "0.1,0.2,0.3,0.4",
+        "QWEN_NPU_SIM_GARBLED": "yes",
+        "QWEN_NPU_SIM_PREFILL_SERIAL": "",
+        "QWEN_NPU_SIM_ACCEPT_LENGTH": "none",
+        "QWEN_NPU_SIM_MODEL_PATH": "123",
+    }
+    cfg, origin = build({}, env=env)
+    assert cfg.accept_distribution == [0.1, 0.2, 0.3, 0.4]
+    assert (cfg.garbled, cfg.prefill_serial, cfg.accept_length) == (True, False, None)
+    assert cfg.model_path == "123"
+    assert origin["accept-distribution"] == "environment"
+
+
+def test_fault_keys_are_the_runtime_faults() -> None:
+    assert set(FAULT_KEYS) == {
+        "error_rate",
+        "hang_health",
+        "hang_generate",
+        "metrics_delay_s",
+        "metrics_malformed",
+        "garbled",
+    }
 
 
 def test_unknown_yaml_key_names_file_key_and_suggestion(tmp_path: Path) -> None:
@@ -128,10 +154,27 @@ def test_validate_names_each_bad_key() -> None:
         build({"itl-ms": -1.0}, env={})
 
 
-def test_accept_length_implies_nextn() -> None:
-    cfg, origin = build({"accept-length": 2.0}, env={})
+@pytest.mark.parametrize(
+    "key,value", [("accept-length", 2.0), ("accept-rate", 0.7), ("accept-distribution", "0.5,0.5")]
+)
+def test_acceptance_keys_imply_nextn(key: str, value: object) -> None:
+    flags = {key: value}
+    if key == "accept-distribution":
+        flags["speculative-num-steps"] = 1
+    cfg, origin = build(flags, env={})
     assert cfg.speculative_algorithm == "NEXTN"
     assert "implied" in origin["speculative-algorithm"]
+    cfg, _ = build({**flags, "speculative-algorithm": "none"}, env={})
+    assert not cfg.spec_enabled  # an explicit "none" stays off
+
+
+def test_new_pricing_keys_are_checked() -> None:
+    errs = SimConfig(
+        step_fixed_ms=-1, step_ms_per_token=-2, accept_rate=1.5, accept_decay=2
+    ).validate()
+    keys = {e.split(":")[0] for e in errs}
+    assert {"step-fixed-ms", "step-ms-per-token", "accept-rate", "accept-decay"} <= keys
+    assert all("\n" not in e for e in errs)
 
 
 @pytest.mark.parametrize("target", [1.0, 1.7, 2.5, 3.4, 4.0])
@@ -186,9 +229,17 @@ def test_cli_print_config_and_list_profiles() -> None:
 
 
 def test_docs_list_every_key_and_its_env_var() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "simulator.md").read_text()
+    for key in FIELDS:
+        env = "QWEN_NPU_SIM_" + key.replace("-", "_").upper()
+        assert f"| `{key}` | `{env}` |" in doc, key
+
+
+def test_help_lists_every_field_with_its_default() -> None:
+    text = " ".join(cli._parser().format_help().split())
     for key, f in FIELDS.items():
-        assert f"| `{key}` | `QWEN_NPU_SIM_{f.name.upper()}` |" in doc, key
+        assert f"--{key} " in text, key
+        assert f"(default: {cli._shown(f.default)})" in text, key
 
 
 def test_uvicorn_protocol_stamps_arrival_and_prefers_httptools() -> None:

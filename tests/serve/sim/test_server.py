@@ -270,9 +270,14 @@ def test_prompt_length_and_batch_size_cost_time(client: httpx.Client) -> None:
         _, times1, _ = stream_generate(client, url, gen_body(20))
         solo = statistics.median([b - a for a, b in itertools.pairwise(times1[1:-1])])
 
+        # The four streams start together (a barrier) and last long enough to overlap even on
+        # a loaded machine, where starting a thread and a client can take longer than 20 steps.
+        together = threading.Barrier(4)
+
         def streamed(_: int) -> float:
             with httpx.Client(timeout=30) as c:
-                _, t, _ = stream_generate(c, url, gen_body(20))
+                together.wait(timeout=30)
+                _, t, _ = stream_generate(c, url, gen_body(60))
                 return statistics.median([b - a for a, b in itertools.pairwise(t[1:-1])])
 
         with ThreadPoolExecutor(4) as pool:

@@ -12,7 +12,7 @@ import pytest
 
 from qwen_npu.serve.sim.testing import running_sim
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def make_tokenizer(folder: Path, vocab_size: int = 2000) -> Path:

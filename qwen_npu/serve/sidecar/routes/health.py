@@ -7,6 +7,8 @@ semantics are in ``qwen_npu.serve.sidecar.health`` and docs/sidecar.md.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -17,7 +19,7 @@ router = APIRouter(tags=["probes"])
 
 
 def _answer(verdict: Verdict) -> JSONResponse:
-    return JSONResponse(verdict.as_dict(), status_code=200 if verdict.ok else 503)
+    return JSONResponse(asdict(verdict), status_code=200 if verdict.ok else 503)
 
 
 @router.get("/startupz")

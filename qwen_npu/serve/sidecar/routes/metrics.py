@@ -51,7 +51,6 @@ class MetricsEndpoint:
         self.monitor = monitor
         self.app = make_asgi_app(registry=monitor.registry)
         self._cache: dict[tuple[bytes, bytes, bytes], _Rendered] = {}
-        self.renders = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = _variant(scope)
@@ -70,7 +69,6 @@ class MetricsEndpoint:
             await send(message)
 
         await self.app(scope, receive, capture)
-        self.renders += 1
         if len(self._cache) >= _MAX_VARIANTS:
             self._cache.clear()
         self._cache[key] = _Rendered(version, now, tuple(captured))

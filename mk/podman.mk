@@ -1,0 +1,116 @@
+# The images built and run for real with podman (no Docker engine on these machines; issue 18,
+# docs/images.md "Built and run here").
+#
+#   make image-test            install podman, make (or reuse) the stand-in base, build the sidecar
+#                              image and the engine's CPU stand-in target with the same Dockerfiles
+#                              and make targets as on a Docker host, then run tests/docker/podman
+#   make tools-podman          podman buildah mmdebstrap runc uidmap slirp4netns fuse-overlayfs (apt)
+#   make image-standin-base    python:<SIDECAR_PYTHON_VERSION>-slim-<SIDECAR_DEBIAN_RELEASE> made
+#                              locally: mmdebstrap of that Debian release, the host's CA bundle
+#   make image-engine-cpu      the engine Dockerfile with ENGINE_FLAVOUR=cpu (stand-in base, SGLang's
+#                              wheel, CPU torch, tests/stubs), ending with `patches verify --strict`
+#
+# Every podman call reads docker/podman/containers.conf (runc, cgroupfs, file events, ulimits).
+# Builds use `--format docker`: with the default OCI format podman drops HEALTHCHECK.
+
+PODMAN ?= podman
+export CONTAINERS_CONF := $(CURDIR)/docker/podman/containers.conf
+PODMAN_PACKAGES := podman buildah mmdebstrap runc uidmap slirp4netns fuse-overlayfs
+# One command each package brings (uidmap: newuidmap).
+PODMAN_COMMANDS := podman buildah mmdebstrap runc newuidmap slirp4netns fuse-overlayfs
+# The flags `make image*` pass to `podman build`: keep HEALTHCHECK, and build steps on the host's
+# network (pip reaches the index the host reaches, no bridge or slirp needed).
+PODMAN_BUILD_FLAGS := --format docker --network host
+
+# The stand-in base carries the exact name the Dockerfiles use, so they build unchanged.
+STANDIN_BASE := docker.io/library/python:$(SIDECAR_PYTHON_VERSION)-slim-$(SIDECAR_DEBIAN_RELEASE)
+STANDIN_PACKAGES := python3,python3-venv,python3-pip,python-is-python3,passwd,ca-certificates
+STANDIN_MIRROR ?= http://deb.debian.org/debian
+# The CA bundle the host's pip trusts (pip's `cert`, else the system bundle): the build's pip
+# inside the stand-in must trust the same (a TLS-inspecting egress proxy signs PyPI here).
+HOST_CA_BUNDLE ?= $(or $(PIP_CERT),$(shell $(BIN)/python -m pip config get global.cert 2>/dev/null),/etc/ssl/certs/ca-certificates.crt)
+
+ENGINE_CPU_IMAGE := $(REGISTRY)/engine:$(ENGINE_TAG)-cpu-standin
+ENGINE_CPU_WHEELHOUSE := .venv-wheels/engine-cpu
+
+.PHONY: tools-podman image-standin-base image-test image-test-build image-engine-cpu engine-cpu-wheelhouse image-refs
+
+tools-podman: ## install podman and its helpers (Debian packages) for make image-test
+	@missing=""; for c in $(PODMAN_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		echo ">> installing$$missing: apt-get install $(PODMAN_PACKAGES)"; \
+		if [ "$$(id -u)" != 0 ]; then echo "make $@: podman is missing ($${missing# }) and installing it needs root: sudo apt-get install $(PODMAN_PACKAGES)"; exit 1; fi; \
+		apt-get update -qq >/dev/null 2>&1 || { echo "make $@: apt-get update failed: no Debian mirror reachable, podman ($${missing# }) cannot be installed"; exit 1; }; \
+		$(APT_INSTALL) $(PODMAN_PACKAGES) >/dev/null 2>&1 || { echo "make $@: apt-get install $(PODMAN_PACKAGES) failed: podman ($${missing# }) cannot be installed here"; exit 1; }; \
+		for c in $(PODMAN_COMMANDS); do command -v $$c >/dev/null || { echo "make $@: $$c still missing after apt-get install $(PODMAN_PACKAGES)"; exit 1; }; done; \
+	fi; \
+	$(PODMAN) info >/dev/null 2>&1 || { echo "make $@: 'podman info' fails with CONTAINERS_CONF=$(CONTAINERS_CONF): $$($(PODMAN) info 2>&1 | tail -n1)"; exit 1; }
+
+# The stand-in for the official python:<v>-slim-<release> image (no registry is reachable here):
+# Debian's minbase of that release with its python3, the host's CA bundle, imported and tagged with
+# the exact name the Dockerfiles use. Made once; reused while it exists in podman's storage.
+# Its Python lives in /usr/bin and it is larger than the official slim image (about 250 MB against
+# 125-150 MB), so image sizes are measured as what our layers add.
+image-standin-base: tools-podman ## make (or reuse) the stand-in python base image for podman builds
+	@if $(PODMAN) image exists $(STANDIN_BASE); then echo ">> reusing $(STANDIN_BASE) ($$($(PODMAN) image inspect --format '{{index .Labels "io.qwen-npu.standin"}}' $(STANDIN_BASE)))"; exit 0; fi; \
+	test -r "$(HOST_CA_BUNDLE)" || { echo "make $@: the host's CA bundle $(HOST_CA_BUNDLE) is not readable; set HOST_CA_BUNDLE=<pem file pip trusts>"; exit 1; }; \
+	mkdir -p $(OUT)/podman && rm -f $(OUT)/podman/standin-base.tar; \
+	echo ">> making $(STANDIN_BASE): mmdebstrap --variant=minbase $(SIDECAR_DEBIAN_RELEASE) with $(STANDIN_PACKAGES)"; \
+	mmdebstrap --quiet --variant=minbase --include=$(STANDIN_PACKAGES) \
+		--customize-hook='upload $(HOST_CA_BUNDLE) /etc/ssl/certs/ca-certificates.crt' \
+		$(SIDECAR_DEBIAN_RELEASE) $(OUT)/podman/standin-base.tar $(STANDIN_MIRROR) >$(OUT)/podman/mmdebstrap.log 2>&1 \
+		|| { echo "make $@: the stand-in base cannot be made: mmdebstrap $(SIDECAR_DEBIAN_RELEASE) from $(STANDIN_MIRROR) failed ($$(grep -m1 "^E:" $(OUT)/podman/mmdebstrap.log || tail -n1 $(OUT)/podman/mmdebstrap.log))"; exit 1; }; \
+	$(PODMAN) import --quiet \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'ENV LANG=C.UTF-8' \
+		--change 'LABEL io.qwen-npu.standin="mmdebstrap $(SIDECAR_DEBIAN_RELEASE) minbase, not the official image"' \
+		--change 'CMD ["python3"]' \
+		$(OUT)/podman/standin-base.tar $(STANDIN_BASE) >/dev/null \
+		|| { echo "make $@: podman import of $(OUT)/podman/standin-base.tar failed"; exit 1; }; \
+	rm -f $(OUT)/podman/standin-base.tar; \
+	for v in $(SIDECAR_PYTHON_VERSION) $(TEST_PYTHON_VERSION); do \
+		$(PODMAN) run --rm --network none $(STANDIN_BASE) python -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '$$v' else 'Debian $(SIDECAR_DEBIAN_RELEASE) has Python ' + v + ', not $$v')" \
+			|| { echo "make $@: $(STANDIN_BASE) is not a stand-in for Python $$v; remove it: podman rmi $(STANDIN_BASE)"; $(PODMAN) rmi $(STANDIN_BASE) >/dev/null; exit 1; }; \
+	done; \
+	echo ">> made $(STANDIN_BASE) ($$($(PODMAN) image inspect --format '{{.Size}}' $(STANDIN_BASE)) bytes)"
+
+# The engine's cpu flavour installs offline from this wheelhouse (a named build context): the CPU
+# torch wheel at TEST_TORCH_VERSION, requirements/sglang-cpu.txt's closure and SGLang's wheel,
+# fetched once with this machine's pip configuration (its local mirrors make it fast).
+engine-cpu-wheelhouse: $(ENGINE_CPU_WHEELHOUSE)/.complete
+
+$(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.env | $(STAMP)
+	@echo ">> downloading the engine cpu flavour's wheels into $(ENGINE_CPU_WHEELHOUSE) (once)"
+	@mkdir -p $(ENGINE_CPU_WHEELHOUSE)
+	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: \
+		torch==$(TEST_TORCH_VERSION) -r requirements/sglang-cpu.txt $(QUIET_PIP)
+	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: --no-deps \
+		sglang==$(SGLANG_VERSION) $(QUIET_PIP)
+	@ls $(ENGINE_CPU_WHEELHOUSE) | grep -q '^torch-$(TEST_TORCH_VERSION)+cpu-' && ! ls $(ENGINE_CPU_WHEELHOUSE) | grep -q '^nvidia' \
+		|| { echo "make $@: $(ENGINE_CPU_WHEELHOUSE) holds no CPU torch $(TEST_TORCH_VERSION) wheel (or a CUDA one): give pip a CPU torch (find-links or the PyTorch CPU index)"; exit 1; }
+	@touch $@
+
+# Debian's tini replaces Ubuntu's pin in the cpu flavour (same 0.19.0 release, Debian's revision).
+ENGINE_CPU_BUILD_ARGS = $(subst TINI_APT_VERSION=$(TINI_APT_VERSION),TINI_APT_VERSION=$(STANDIN_TINI_APT_VERSION),$(ENGINE_BUILD_ARGS)) \
+	--build-arg ENGINE_FLAVOUR=cpu --build-context wheels=$(ENGINE_CPU_WHEELHOUSE)
+
+image-engine-cpu: image-standin-base engine-cpu-wheelhouse ## build the engine Dockerfile's cpu flavour with podman (ends with patches verify --strict)
+	$(PODMAN) build $(PODMAN_BUILD_FLAGS) --platform $(PLATFORM) -f docker/engine.Dockerfile \
+		$(ENGINE_CPU_BUILD_ARGS) -t $(ENGINE_CPU_IMAGE) .
+	@echo ">> built $(ENGINE_CPU_IMAGE): the engine Dockerfile's shared stages on the CPU stand-in"
+
+# The references the image targets tag (tests/docker/containers.py reads them).
+image-refs:
+	@echo "sidecar=$(SIDECAR_IMAGE)"; echo "engine=$(ENGINE_IMAGE)"; echo "engine-cpu=$(ENGINE_CPU_IMAGE)"
+
+# The builds behind image-test: `make image-sidecar` exactly as on a Docker host but with podman,
+# and the engine's cpu flavour. Layers are cached in podman's storage: a second run rebuilds
+# only what changed.
+image-test-build: tools-podman image-standin-base engine-cpu-wheelhouse
+	@$(MAKE) --no-print-directory image-sidecar DOCKER=$(PODMAN) DOCKER_BUILD_FLAGS="$(PODMAN_BUILD_FLAGS)"
+	@$(MAKE) --no-print-directory image-engine-cpu
+
+image-test: $(STAMP) image-test-build ## build the sidecar and the engine's cpu flavour with podman and run them (tests/docker/test_podman_images.py)
+	$(BIN)/python -m pytest tests/docker/test_podman_images.py -q -p no:cacheprovider $(PYTEST_ARGS)
+
+TEST_DEPS += image-test-build

@@ -1,0 +1,320 @@
+"""``make mtp-tune``: which MTP setting (off, 1, 2, 3 steps ...) for which concurrency band.
+
+Speculative decoding is not free: every verify step runs the draft tokens of every running request,
+so MTP wins while the batch is small and loses once it is compute bound; where it turns depends on
+the acceptance. This runs the comparison of bench-compare over every setting at once (interleaved,
+repeated, the same dataset and seed), picks the best output throughput per concurrency, groups
+neighbouring concurrencies with the same winner into bands, and prints each band's evidence and
+the Helm values overlay that applies it (``mtp.enabled``, ``mtp.numSteps``, ``mtp.numDraftTokens``).
+
+Two ways to get the endpoints:
+- locally (default): one simulator per setting, each started from the calibrated profile with the
+  setting applied (``--time-scale`` shrinks every ``*-ms`` timing to save wall time; the verdicts
+  depend on ratios, not on the scale);
+- on a target: ``--urls "off=http://a:30000 3=http://b:30000"``, one deployment per setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.loadtest.compare import (
+    CompareError,
+    Side,
+    bench_config,
+    check_same_model,
+    identity,
+    parse_concs,
+    run_interleaved,
+)
+from qwen_npu.loadtest.compare_stats import Cell, Pick, format_many, pick, summarize
+
+PROG = "qwen-npu mtp-tune"
+DEFAULT_PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
+DEFAULT_OUTPUT = "out/bench/mtp-tune.jsonl"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One MTP setting: ``off`` or a number of draft steps (top-k 1: draft tokens = steps + 1)."""
+
+    name: str
+    steps: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> Setting:
+        word = text.strip().lower()
+        if word in ("off", "0", "none"):
+            return cls("off", None)
+        if word.isdigit() and 1 <= int(word) <= 16:
+            return cls(word, int(word))
+        raise CompareError(f"SETTINGS: {text!r} is not a setting; use off or a step count 1..16")
+
+    @property
+    def label(self) -> str:
+        if self.steps is None:
+            return "off"
+        return f"{self.steps} step" + ("s" if self.steps > 1 else "")
+
+    def overlay(self) -> dict[str, Any]:
+        """The chart's values (helm/qwen-npu/values.yaml ``mtp.*``) that apply this setting."""
+        if self.steps is None:
+            return {"mtp": {"enabled": False}}
+        return {"mtp": {"enabled": True, "numSteps": self.steps, "numDraftTokens": self.steps + 1}}
+
+    def overlay_yaml(self) -> str:
+        mtp = self.overlay()["mtp"]
+        lines = ["mtp:"] + [f"  {k}: {str(v).lower()}" for k, v in mtp.items()]
+        return "\n".join(lines) + "\n"
+
+
+def parse_settings(text: str) -> list[Setting]:
+    settings = [Setting.parse(w) for w in text.replace(",", " ").split()]
+    if len(settings) < 2:
+        raise CompareError(f'SETTINGS="{text}": give two or more, e.g. SETTINGS="off 1 2 3"')
+    if len({s.name for s in settings}) != len(settings):
+        raise CompareError(f'SETTINGS="{text}": a setting is listed twice')
+    return settings
+
+
+def parse_urls(text: str, settings: Sequence[Setting]) -> dict[str, str]:
+    """``off=http://a 3=http://b``: one URL per setting, every setting covered."""
+    urls: dict[str, str] = {}
+    for item in text.split():
+        name, sep, url = item.partition("=")
+        if not sep or not url.startswith(("http://", "https://")):
+            raise CompareError(f"URLS: {item!r}; use <setting>=http://<host>:<port>")
+        urls[Setting.parse(name).name] = url.rstrip("/")
+    missing = [s.name for s in settings if s.name not in urls]
+    if missing:
+        raise CompareError(f"URLS gives no endpoint for setting(s) {', '.join(missing)}")
+    return urls
+
+
+# -- local simulators ------------------------------------------------------------------------
+
+
+def sim_flags(profile: str, setting: Setting, time_scale: float) -> dict[str, Any]:
+    """running_sim keywords: the profile, the setting, and every ``*-ms`` timing scaled."""
+    from qwen_npu.serve.sim import config as simconfig
+
+    base, _ = simconfig.build(profile=profile, env={})
+    flags: dict[str, Any] = {"profile": profile, "startup_delay_s": 0.0}
+    if time_scale != 1.0:
+        for key, value in _fields(base).items():
+            if "_ms" in key and isinstance(value, float | int) and not isinstance(value, bool):
+                flags[key] = float(value) * time_scale
+    if setting.steps is None:
+        flags["speculative_algorithm"] = "none"
+        return flags
+    if not base.spec_enabled:
+        flags["speculative_algorithm"] = "NEXTN"
+    flags["speculative_num_steps"] = setting.steps
+    flags["speculative_num_draft_tokens"] = setting.steps + 1
+    flags.update(acceptance_flags(base, setting.steps))
+    return flags
+
+
+def _fields(cfg: Any) -> dict[str, Any]:
+    """The config's fields by snake-case name (a pydantic model or a dataclass)."""
+    if hasattr(cfg, "model_dump"):
+        return dict(cfg.model_dump())
+    import dataclasses
+
+    return dataclasses.asdict(cfg)
+
+
+def acceptance_flags(base: Any, steps: int) -> dict[str, Any]:
+    """The acceptance of ``steps`` draft steps from the same per-position model as the profile's.
+
+    A profile that states acceptance per draft position already covers any step count. One that
+    gives a mean accept length for its own step count is read as each draft accepted with one
+    probability p until the first rejection (the simulator's model); that p then gives the mean
+    for ``steps``.
+    """
+    if getattr(base, "accept_length", None) is None or base.accept_distribution is not None:
+        return {}
+    n, target = base.speculative_num_steps, float(base.accept_length)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        p = (lo + hi) / 2
+        if sum(p**i for i in range(n + 1)) < target:
+            lo = p
+        else:
+            hi = p
+    p = (lo + hi) / 2
+    return {"accept_length": sum(p**i for i in range(steps + 1))}
+
+
+@contextlib.contextmanager
+def local_sides(
+    profile: str, settings: Sequence[Setting], time_scale: float
+) -> Iterator[list[Side]]:
+    """One simulator per setting, all running at once (the runs interleave), stopped at exit."""
+    from qwen_npu.serve.sim.testing import running_sim
+
+    with contextlib.ExitStack() as stack:
+        sides = []
+        for s in settings:
+            url = stack.enter_context(running_sim(**sim_flags(profile, s, time_scale)))
+            sides.append(Side(s.label, url))
+        yield sides
+
+
+# -- the recommendation ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Band:
+    """Neighbouring concurrencies with the same best setting."""
+
+    lo: int
+    hi: int
+    setting: Setting
+    picks: tuple[Pick, ...]
+
+    @property
+    def name(self) -> str:
+        return f"CONC {self.lo}" if self.lo == self.hi else f"CONC {self.lo}-{self.hi}"
+
+
+def bands(summary: dict[int, dict[str, Cell]], settings: Sequence[Setting]) -> list[Band]:
+    by_label = {s.label: s for s in settings}
+    out: list[Band] = []
+    for conc in sorted(summary):
+        p = pick(summary, conc)
+        if out and out[-1].setting.label == p.best:
+            last = out[-1]
+            out[-1] = replace(last, hi=conc, picks=(*last.picks, p))
+        else:
+            out.append(Band(conc, conc, by_label[p.best], (p,)))
+    return out
+
+
+def recommend(
+    summary: dict[int, dict[str, Cell]], settings: Sequence[Setting], stem: Path | None
+) -> str:
+    """Per band: the setting, the evidence per concurrency, the values overlay (also to a file)."""
+    lines = ["Recommendation (best median output tok/s per concurrency):"]
+    for band in bands(summary, settings):
+        lines.append(f"\n{band.name}: {band.setting.label}")
+        lines += [f"  {p.evidence(summary)}" for p in band.picks]
+        unsure = [p.conc for p in band.picks if not p.separated]
+        if unsure:
+            lines.append(
+                f"  not beyond the spread at CONC {', '.join(map(str, unsure))}: the runner-up "
+                "is as good there; more REPEATS or NUM_PROMPTS would separate them"
+            )
+        overlay = band.setting.overlay_yaml()
+        if stem is not None:
+            path = Path(f"{stem}-values-conc{band.lo}-{band.hi}.yaml")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"# mtp-tune: {band.name} -> {band.setting.label}\n{overlay}")
+            lines.append(f"  values overlay ({path}; helm upgrade ... -f {path}):")
+        else:
+            lines.append("  values overlay:")
+        lines += [f"    {line}" for line in overlay.splitlines()]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=PROG,
+        description="Compare MTP settings per concurrency and recommend one per band. Any "
+        "further flag is a qwen-npu bench flag (dataset, API, ramp).",
+    )
+    p.add_argument("--settings", default="off 1 2 3", help='e.g. "off 1 2 3"')
+    p.add_argument("--urls", default="", help='one endpoint per setting: "off=http://a 3=..."')
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help="simulator profile (local mode)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="local: scale *-ms timings")
+    p.add_argument("--concs", default="1 5 10 32")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--waves", type=int, default=3, help="prompts per run = waves x CONC (unless NUM_PROMPTS)"
+    )
+    p.add_argument("--output", default=DEFAULT_OUTPUT, help="JSONL history (%(default)s)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, rest = build_parser().parse_known_args(argv)
+    from qwen_npu.loadtest import cli  # locust's monkey-patching before any socket use
+    from qwen_npu.loadtest.runner import TargetNotReady
+
+    try:
+        settings = parse_settings(args.settings)
+        concs = parse_concs(args.concs)
+        if args.repeats < 1 or args.waves < 1:
+            raise CompareError("REPEATS and WAVES must be at least 1")
+        if not 0 < args.time_scale <= 10:
+            raise CompareError(f"TIME_SCALE={args.time_scale}: use a factor in (0, 10]")
+        urls = parse_urls(args.urls, settings) if args.urls.strip() else None
+        base = bench_config(rest, "http://127.0.0.1:30000")
+        fixed_prompts = "--num-prompts" in rest
+        if urls is None:
+            from qwen_npu.serve.sim.config import ConfigError, profile_path
+
+            try:
+                profile_path(args.profile)
+            except ConfigError as exc:
+                raise CompareError(str(exc)) from None
+    except (CompareError, ValueError, OSError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+
+    def run_one(config: Any) -> tuple[dict[str, Any], bool]:
+        if not fixed_prompts:
+            data = replace(config.data, num_prompts=args.waves * config.concurrency)
+            config = replace(config, data=data)
+        return cli.run_one(config)
+
+    output = Path(args.output) if args.output else None
+    with contextlib.ExitStack() as stack:
+        if urls is None:
+            sides = stack.enter_context(local_sides(args.profile, settings, args.time_scale))
+            where = f"local simulators of profile {args.profile} (time scale {args.time_scale})"
+        else:
+            sides = [Side(s.label, urls[s.name]) for s in settings]
+            where = "the given endpoints"
+            try:
+                check_same_model(sides, [identity(s) for s in sides])
+            except CompareError as exc:
+                print(f"{PROG}: {exc}", file=sys.stderr)
+                return 2
+        print(f"mtp-tune: settings {', '.join(s.label for s in sides)} on {where}", flush=True)
+        import time
+
+        try:
+            records = run_interleaved(
+                sides, concs, args.repeats, base, run_one, output, f"mtp-tune-{time.time():.0f}"
+            )
+        except TargetNotReady as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted; the runs so far are in {output}", file=sys.stderr)
+            return 130
+    labels = [s.label for s in sides]
+    summary = summarize(records, labels)
+    tables = [f"Concurrency {c}\n{format_many(cells, labels)}" for c, cells in summary.items()]
+    stem = output.with_suffix("") if output is not None else None
+    text = "\n\n".join(tables) + "\n\n" + recommend(summary, settings, stem)
+    if output is not None:
+        from qwen_npu.loadtest.plots import write_compare_html, write_compare_png
+
+        png = write_compare_png(summary, labels, f"{stem}.png")
+        page = write_compare_html(summary, labels, text, png, f"{stem}.html")
+        text += f"\n\nresults appended to {output}\npicture: {png}\nreport: {page}"
+    print(text)
+    return 0 if all(r.get("verdict") == "pass" for r in records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,8 +12,10 @@
 #   stack-npu  torch + torch_npu,           stack-cpu  the CPU torch, SGLang's wheel and what its
 #              triton-ascend, SGLang from              modules import (requirements/sglang-cpu.txt),
 #              its tag, sgl-kernel-npu                 tests/stubs for the NPU-only packages
-#   builder    stack-<flavour> + qwen-npu (the .pth hook) + sglang-router, all in /opt/venv
-#   engine     base-<flavour> + tini + user + /opt/venv + entrypoint, then the build checks
+#   builder    stack-<flavour> + sglang-router, all in /opt/venv
+#   qwen-npu   builder + qwen-npu (the .pth hook); its files alone in /opt/qwen-npu (a small layer)
+#   engine     base-<flavour> + tini + user + /opt/venv (builder's, then qwen-npu's files) +
+#              entrypoint, then the build checks
 #              (SGLang version, .pth hook, `qwen-npu patches verify --strict`)
 
 ARG CANN_BASE_IMAGE=quay.io/ascend/cann
@@ -150,17 +152,24 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG SGLANG_ROUTER_VERSION=0.3.2
 ARG PIP_INDEX_URL=https://pypi.org/simple
 
-# qwen-npu itself, without extras (standard library only): the patches, preflight, ub-plan and
-# the .pth hook that loads the patches in every Python process of the engine.
+# sglang-router: the chart's optional cache-aware router runs from this same image.
+RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
+        "sglang-router==${SGLANG_ROUTER_VERSION}"
+
+# ---------------------------------------------------------------------------------------------
+# qwen-npu itself, in a stage of its own: our code changes far more often than the stack, so the
+# image gets it as a small layer of its own over the stack's /opt/venv (cached, and pulled once).
+FROM builder AS qwen-npu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG PIP_INDEX_URL=https://pypi.org/simple
+# Without extras (standard library only): the patches, preflight, ub-plan and the .pth hook that
+# loads the patches in every Python process of the engine. Then every file the install wrote
+# (its RECORD: package, .pth, console script, .pyc) is copied to /opt/qwen-npu, laid out as /opt/venv.
 COPY pyproject.toml README.md /tmp/qwen-npu/
 COPY qwen_npu /tmp/qwen-npu/qwen_npu
 RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt /tmp/qwen-npu \
-    && rm -rf /tmp/qwen-npu
-
-# sglang-router: the chart's optional cache-aware router runs from this same image.
-RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
-        "sglang-router==${SGLANG_ROUTER_VERSION}" \
-    && rm -f /tmp/constraints.txt
+    && rm -rf /tmp/qwen-npu /tmp/constraints.txt \
+    && python3 -c "import importlib.metadata as m, os, shutil; v = os.path.realpath('${VIRTUAL_ENV}'); fs = [os.path.realpath(f.locate()) for f in m.files('qwen-npu')]; [shutil.copy2(f, os.path.join('/opt/qwen-npu', os.path.relpath(f, v))) for f in fs if os.path.exists(f) and f.startswith(v + '/') and not os.makedirs(os.path.dirname(os.path.join('/opt/qwen-npu', os.path.relpath(f, v))), exist_ok=True)]; print('qwen-npu files:', len(fs))"
 
 # ---------------------------------------------------------------------------------------------
 # hadolint ignore=DL3006 # the base is a stage above (base-npu or base-cpu), picked by ENGINE_FLAVOUR
@@ -178,30 +187,10 @@ ARG TORCH_NPU_VERSION=2.10.0.post6
 ARG TRITON_ASCEND_VERSION=3.2.2
 ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
 ARG TINI_APT_VERSION=0.19.0-1
-# Set by `make image` from git (remote URL and commit).
-ARG SOURCE_URL=unknown
-ARG VCS_REF=unknown
 # The running user: the Ascend driver's devices belong to the HwHiAiUser group (mode 0660); match
 # these ids to the node's HwHiAiUser (`id HwHiAiUser`) or run as root (docs/images.md).
 ARG NPU_UID=1000
 ARG NPU_GID=1000
-
-LABEL org.opencontainers.image.title="qwen-npu-engine" \
-      org.opencontainers.image.description="SGLang ${SGLANG_VERSION} on Ascend ${CHIP} (CANN ${CANN_VERSION}) with the qwen-npu runtime patches" \
-      org.opencontainers.image.source="${SOURCE_URL}" \
-      org.opencontainers.image.version="${QWEN_NPU_VERSION}" \
-      org.opencontainers.image.revision="${VCS_REF}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      io.qwen-npu.flavour="${ENGINE_FLAVOUR}" \
-      io.qwen-npu.chip="${CHIP}" \
-      io.qwen-npu.cann.version="${CANN_VERSION}" \
-      io.qwen-npu.python.version="${ENGINE_PYTHON_VERSION}" \
-      io.qwen-npu.sglang.version="${SGLANG_VERSION}" \
-      io.qwen-npu.torch.version="${NPU_TORCH_VERSION}" \
-      io.qwen-npu.torchvision.version="${NPU_TORCHVISION_VERSION}" \
-      io.qwen-npu.torch-npu.version="${TORCH_NPU_VERSION}" \
-      io.qwen-npu.triton-ascend.version="${TRITON_ASCEND_VERSION}" \
-      io.qwen-npu.sgl-kernel-npu.version="${SGL_KERNEL_NPU_VERSION}"
 
 # tini is PID 1 (signal forwarding, zombie reaping). No build tool is installed in this stage; the
 # C compiler that the CANN base already ships stays, since triton-ascend compiles its kernel
@@ -214,6 +203,7 @@ RUN apt-get update \
     && install -d -o "${NPU_UID}" -g "${NPU_GID}" /var/lib/qwen-npu /var/lib/qwen-npu/state
 
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=qwen-npu /opt/qwen-npu/ /opt/venv/
 COPY --chmod=0644 docker/cann-env.sh /usr/local/lib/qwen-npu/cann-env.sh
 COPY --chmod=0755 docker/engine-entrypoint.sh /usr/local/bin/qwen-npu-entrypoint
 
@@ -240,6 +230,27 @@ RUN python3 -c "import importlib.metadata as m; v = m.version('sglang'); assert 
         QWEN_NPU_STATE_DIR=/tmp/qwen-npu-verify \
         /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --strict \
     && rm -rf /tmp/qwen-npu-verify
+
+# Set by `make image` from git (remote URL and commit). Declared here, after the heavy steps, so a
+# new commit changes only the labels and the layers above stay cached.
+ARG SOURCE_URL=unknown
+ARG VCS_REF=unknown
+LABEL org.opencontainers.image.title="qwen-npu-engine" \
+      org.opencontainers.image.description="SGLang ${SGLANG_VERSION} on Ascend ${CHIP} (CANN ${CANN_VERSION}) with the qwen-npu runtime patches" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.version="${QWEN_NPU_VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      io.qwen-npu.flavour="${ENGINE_FLAVOUR}" \
+      io.qwen-npu.chip="${CHIP}" \
+      io.qwen-npu.cann.version="${CANN_VERSION}" \
+      io.qwen-npu.python.version="${ENGINE_PYTHON_VERSION}" \
+      io.qwen-npu.sglang.version="${SGLANG_VERSION}" \
+      io.qwen-npu.torch.version="${NPU_TORCH_VERSION}" \
+      io.qwen-npu.torchvision.version="${NPU_TORCHVISION_VERSION}" \
+      io.qwen-npu.torch-npu.version="${TORCH_NPU_VERSION}" \
+      io.qwen-npu.triton-ascend.version="${TRITON_ASCEND_VERSION}" \
+      io.qwen-npu.sgl-kernel-npu.version="${SGL_KERNEL_NPU_VERSION}"
 
 USER ${NPU_UID}:${NPU_GID}
 WORKDIR /home/HwHiAiUser

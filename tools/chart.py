@@ -190,7 +190,7 @@ def engine_args(docs: list[dict[str, Any]], role: str | None = None) -> list[str
 
 # --- Volcano gang scheduling of LeaderWorkerSet groups ------------------------------------------
 
-_SUFFIX = {
+_SUFFIX: dict[str, Decimal | int] = {
     "": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
 }  # fmt: skip

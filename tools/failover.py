@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -41,7 +42,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.serve.router import CircuitBreaker, HealthCheck, Retry, RouterOptions, router_args
+from qwen_npu.serve.router import (
+    CircuitBreaker,
+    HealthCheck,
+    Retry,
+    RouterOptions,
+    router_args,
+    unknown_flags,
+)
 from qwen_npu.testing import processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +93,13 @@ class Settings:
     def eject_bound_s(self) -> float:
         return self.health().eject_bound_s()
 
+    def hang_bound_s(self) -> float:
+        """A hung worker's checks fail only at their timeout: misses x (interval + timeout)."""
+        return float(self.failure_threshold * (self.health_interval_s + self.health_timeout_s))
+
+    def bound_for(self, scenario: str) -> float:
+        return self.hang_bound_s() if scenario == "hang" else self.eject_bound_s()
+
 
 def router_bin() -> Path:
     path = Path(os.environ.get(ROUTER_BIN_ENV) or DEFAULT_ROUTER_BIN)
@@ -94,6 +109,20 @@ def router_bin() -> Path:
             f"(or set {ROUTER_BIN_ENV}=/path/to/smg)"
         )
     return path
+
+
+def check_flags(args: list[str]) -> None:
+    """Every flag of ``args`` is one the installed router lists in ``smg launch --help``."""
+    done = subprocess.run(
+        [str(router_bin()), "launch", "--help"], capture_output=True, text=True, timeout=60
+    )
+    bad = unknown_flags(args, done.stdout)
+    if done.returncode != 0 or bad:
+        raise FailoverError(
+            f"the installed router rejects {' '.join(bad) or 'launch --help'} "
+            "(smg launch --help lists it not); fix qwen_npu/serve/router.py or "
+            "SGLANG_ROUTER_VERSION in docker/versions.env"
+        )
 
 
 # -- small HTTP helpers -----------------------------------------------------------------------
@@ -216,14 +245,17 @@ class Cluster:
 
     def start_router(self) -> None:
         self.router_port, self.metrics_port = processes.free_port(), processes.free_port()
-        cmd = [str(router_bin()), "launch", *router_args(self.router_options(
-            [r.url for r in self.replicas]))]  # fmt: skip
+        args = router_args(self.router_options([r.url for r in self.replicas]))
+        check_flags(args)
+        cmd = [str(router_bin()), "launch", *args]
         log = self.workdir / "router.log"
-        self.router = processes.start(cmd, log=log)
+        # No hub downloads: the router would try to fetch the served model's tokenizer.
+        self.router = processes.start(cmd, log=log, env={"HF_HUB_OFFLINE": "1"})
         n = len(self.replicas)
         processes.wait_until(
-            lambda: (try_json("GET", self.router_url + "/readiness") or {}).get("healthy_workers")
-            == n,
+            lambda: (
+                (try_json("GET", self.router_url + "/readiness") or {}).get("healthy_workers") == n
+            ),
             what=f"the router at {self.router_url} with {n} healthy workers",
             proc=self.router,
             log=log,
@@ -263,7 +295,9 @@ class Cluster:
             processes.stop(rep.sidecar, grace_s=5)
 
 
-def total(m: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+def total(
+    m: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     """The sum of ``name``'s series whose labels include ``labels``."""
     return sum(
         v
@@ -290,36 +324,38 @@ class Monitor:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        arrived: dict[str, float] = {}  # the last count each replica gave (kept once it is gone)
         while not self._stop.is_set():
             m = self.cluster.router_metrics()
             for rep in list(self.cluster.replicas):
                 st = rep.stats() if rep.alive() else None
-                if st is not None:  # the replica's own count, as a series of the sample
-                    m[("sim_requests_arrived", (("worker", rep.url),))] = float(
-                        st.get("requests_arrived", 0)
-                    )
+                if st is not None:
+                    arrived[rep.url] = float(st.get("requests_arrived", 0))
+            for url, n in arrived.items():  # the replica's own count, as a series of the sample
+                m[("sim_requests_arrived", (("worker", url),))] = n
             if m:
                 self.samples.append((time.time(), m))
             self._stop.wait(0.05)
 
-    def _sent(self, m: dict[tuple[str, tuple[tuple[str, str], ...]], float], url: str) -> float:
-        """What reached ``url``: the router's per-worker counters and the replica's own count."""
-        return sum(
-            v
-            for (n, ls), v in m.items()
-            if (n.endswith("_total") or n == "sim_requests_arrived")
-            and dict(ls).get("worker") == url
-        )
+    @staticmethod
+    def _sent(m: dict[tuple[str, tuple[tuple[str, str], ...]], float], url: str) -> float:
+        """What reached ``url`` or was tried on it: the replica's own count of arrivals while
+        it lives, plus the router's failed attempts (a dead worker fails at once, so they count
+        when they were sent)."""
+        arrived = m.get(("sim_requests_arrived", (("worker", url),)), 0.0)
+        return arrived + total(m, "smg_worker_cb_outcomes_total", worker=url, outcome="failure")
 
     def requests(self) -> float:
         m = self.samples[-1][1] if self.samples else {}
         return total(m, "smg_router_requests_total")
 
-    def last_send_to(self, url: str) -> float | None:
+    def last_send_to(self, url: str, until: float | None = None) -> float | None:
         """When the count of requests that reached ``url`` last grew (None: never sampled)."""
         last: float | None = None
         prev = -1.0
         for t, m in self.samples:
+            if until is not None and t > until:
+                break
             v = self._sent(m, url)
             if v > prev:
                 if prev >= 0:
@@ -327,12 +363,13 @@ class Monitor:
                 prev = v
         return last
 
-    def sends_to_after(self, url: str, after: float) -> float:
-        """How many requests reached ``url`` after wall time ``after``."""
+    def sends_to_after(self, url: str, after: float, until: float | None = None) -> float:
+        """How many requests reached ``url`` after wall time ``after`` (and before ``until``)."""
         before = [m for t, m in self.samples if t <= after]
-        if not before or not self.samples:
+        upto = [m for t, m in self.samples if until is None or t <= until]
+        if not before or not upto:
             return 0.0
-        return self._sent(self.samples[-1][1], url) - self._sent(before[-1], url)
+        return max(self._sent(upto[-1], url) - self._sent(before[-1], url), 0.0)
 
     def retries_between(self, t0: float, t1: float | None = None) -> float:
         a = [m for t, m in self.samples if t <= t0]
@@ -386,7 +423,22 @@ class Event:
     end: float = 0.0
     bad_url: str | None = None
     in_flight_on_bad: int = 0
+    #: The harness itself ended the bad replica here (the hang's liveness kill): what its stuck
+    #: requests did afterwards is not the router's sending.
+    measure_until: float | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _admitted(c: Cluster, rep: Replica) -> bool:
+    return (c.workers().get(rep.url) or {}).get("is_healthy") is True
+
+
+def _dropped(c: Cluster, rep: Replica) -> bool:
+    return rep.url not in c.workers()
+
+
+def _exited(rep: Replica) -> bool:
+    return rep.proc.poll() is not None
 
 
 def rolling(c: Cluster, mon: Monitor) -> Event:
@@ -398,7 +450,7 @@ def rolling(c: Cluster, mon: Monitor) -> Event:
         new = c.start_replica()
         c.add_worker(new)  # the router admits it only once its /health says 200
         processes.wait_until(
-            lambda n=new: (c.workers().get(n.url) or {}).get("is_healthy") is True,
+            functools.partial(_admitted, c, new),
             what=f"the router to admit {new.name}",
             timeout_s=120,
         )
@@ -408,12 +460,12 @@ def rolling(c: Cluster, mon: Monitor) -> Event:
         # Readiness drops first: the router stops sending before the engine hears SIGTERM.
         c.remove_worker(old)
         processes.wait_until(
-            lambda o=old: o.url not in c.workers(), what=f"the router to drop {old.name}"
+            functools.partial(_dropped, c, old), what=f"the router to drop {old.name}"
         )
         t = time.monotonic()
         old.proc.send_signal(signal.SIGTERM)
         processes.wait_until(
-            lambda o=old: o.proc.poll() is not None, what=f"{old.name} to drain", timeout_s=300
+            functools.partial(_exited, old), what=f"{old.name} to drain", timeout_s=300
         )
         drains.append(time.monotonic() - t)
         exits.append(int(old.proc.returncode))
@@ -438,8 +490,10 @@ def kill(c: Cluster, mon: Monitor) -> Event:
     ev.in_flight_on_bad = int(stats.get("requests_in_flight", 0))
     bad.proc.wait(timeout=30)
     processes.wait_until(
-        lambda: (c.workers().get(bad.url) or {}).get("is_healthy") is False
-        or bad.url not in c.workers(),
+        lambda: (
+            (c.workers().get(bad.url) or {}).get("is_healthy") is False
+            or bad.url not in c.workers()
+        ),
         what="the router to eject the killed replica",
         timeout_s=120,
     )
@@ -461,9 +515,10 @@ def hang(c: Cluster, mon: Monitor) -> Event:
         timeout_s=120,
     )
     ev.notes["ejected_after_s"] = round(time.time() - ev.start, 2)
-    processes.wait_until(lambda: time.time() >= ev.start + c.s.eject_bound_s(), what="bound")
+    processes.wait_until(lambda: time.time() >= ev.start + c.s.hang_bound_s(), what="bound")
     after = bad.stats() or {}
     ev.notes["stuck_on_bad"] = int(after.get("requests_in_flight", 0))
+    ev.measure_until = time.time()
     bad.proc.send_signal(signal.SIGKILL)  # the liveness restart ends its stuck streams
     bad.proc.wait(timeout=30)
     ev.end = time.time()
@@ -529,9 +584,9 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
             (wd / "router-metrics.txt").write_text(
                 "\n".join(f"{n}{dict(ls)} {v}" for (n, ls), v in sorted(mon.samples[-1][1].items()))
             )
-            last_send = mon.last_send_to(ev.bad_url) if ev.bad_url else None
+            last_send = mon.last_send_to(ev.bad_url, ev.measure_until) if ev.bad_url else None
             after_bound = (
-                mon.sends_to_after(ev.bad_url, ev.start + s.eject_bound_s())
+                mon.sends_to_after(ev.bad_url, ev.start + s.bound_for(name), ev.measure_until)
                 if ev.bad_url and name in ("kill", "hang")
                 else 0.0
             )
@@ -542,10 +597,8 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
         c.close()
     failed = [o for o in outs if not o["success"]]
     before = [o["ttft"] for o in outs if o["success"] and o["start_time"] < ev.start]
-    during = [
-        o["ttft"] for o in outs if o["success"] and ev.start <= o["start_time"] <= ev.end
-    ]
-    late_failures = [o for o in failed if o["start_time"] > ev.start + s.eject_bound_s()]
+    during = [o["ttft"] for o in outs if o["success"] and ev.start <= o["start_time"] <= ev.end]
+    late_failures = [o for o in failed if o["start_time"] > ev.start + s.bound_for(name)]
     errors: dict[str, int] = {}
     for o in failed:
         errors[o["error"]] = errors.get(o["error"], 0) + 1
@@ -561,7 +614,7 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
         "errors": errors,
         "retried_by_router": int(retried),
         "in_flight_on_bad": ev.in_flight_on_bad,
-        "eject_bound_s": s.eject_bound_s(),
+        "eject_bound_s": s.bound_for(name),
         "stopped_sending_after_s": stopped,
         "sent_to_bad_after_bound": int(after_bound),
         "failed_after_bound": len(late_failures),
@@ -609,21 +662,29 @@ def write_report(records: list[dict[str, Any]], md: Path) -> None:
         f"{s.get('concurrency')} ({s.get('input_len')} in / {s.get('output_len')} out, streaming "
         f"/generate; simulator TTFT {s.get('ttft_ms')} ms, ITL {s.get('itl_ms')} ms). Router "
         f"health check every {s.get('health_interval_s')} s, {s.get('failure_threshold')} misses "
-        f"to eject: bound {records[0]['eject_bound_s'] if records else '?'} s.",
+        f"to eject, {s.get('health_timeout_s')} s timeout: the bound is interval x misses, and "
+        "misses x (interval + timeout) for a hung worker, whose checks fail only at their "
+        "timeout.",
         "",
-        "| scenario | sent | failed | retried by router | in flight on bad | stopped sending "
-        "after s | sent to bad after bound | p99 TTFT before ms | p99 TTFT during ms | goal | met |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| scenario | sent | failed | retried by router | in flight on bad | stopped sending"
+        " after s | ejected after s | bound s | sent to bad after bound | p99 TTFT before ms"
+        " | p99 TTFT during ms | goal | met |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for rec in records:
         text, ok = goal(rec)
         lines.append(
             f"| {rec['scenario']} | {rec['sent']} | {rec['failed']} | {rec['retried_by_router']} "
             f"| {rec['in_flight_on_bad']} | {_dash(rec['stopped_sending_after_s'])} "
+            f"| {_dash(rec.get('ejected_after_s'))} | {rec['eject_bound_s']} "
             f"| {rec['sent_to_bad_after_bound']} | {_dash(rec['p99_ttft_before_ms'])} "
             f"| {_dash(rec['p99_ttft_during_ms'])} | {text} | {'yes' if ok else 'NO'} |"
         )
-    lines += ["", "Per scenario (errors by reason, drain times, exit codes, counts per replica):", ""]
+    lines += [
+        "",
+        "Per scenario (errors by reason, drain times, exit codes, counts per replica):",
+        "",
+    ]
     for rec in records:
         extra = {k: v for k, v in rec.items() if k not in ("settings",)}
         lines.append(f"- `{rec['scenario']}`: `{json.dumps(extra, sort_keys=True)}`")

@@ -219,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sides[0].label == sides[1].label:
             raise CompareError(f"LABEL_A and LABEL_B are both {sides[0].label!r}; give two names")
         for side in sides:
+            if not side.url:
+                raise CompareError(f"{side.label}= is empty; give both: A=<url> B=<url>")
             if not side.url.startswith(("http://", "https://")):
                 raise CompareError(f"{side.label}={side.url}: use a URL such as http://host:30000")
         if args.repeats < 1:

@@ -97,7 +97,8 @@ class WireSession:
                 return status, self._body(reader, headers)
             except (StreamBroken, ConnectionResetError, BrokenPipeError) as exc:
                 self.close()
-                if attempt or not getattr(exc, "before_response", False):
+                # A reset or a close before any byte of the response: a stale connection.
+                if attempt or not getattr(exc, "before_response", True):
                     raise
         raise AssertionError("unreachable")
 

@@ -136,9 +136,7 @@ def record(info: PatchInfo, state: str, detail: str, effect: str | None = None) 
         **fields,
         next=NEXT_WITHOUT_EFFECT if outcome.without_effect else NEXT_STEP.get(state),
     )
-    state_file.write_patch_state(
-        info.name, state, target=info.target, detail=detail, effect=effect
-    )
+    state_file.write_patch_state(info.name, state, target=info.target, detail=detail, effect=effect)
     return outcome
 
 

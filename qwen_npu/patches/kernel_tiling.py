@@ -52,14 +52,15 @@ def _carriers(func: ast.FunctionDef) -> set[str]:
     while changed:
         changed = False
         for node in ast.walk(func):
-            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.value:
-                if _names(node.value) & carriers:
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        new = _names(target) - carriers
-                        if new:
-                            carriers |= new
-                            changed = True
+            if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                continue
+            if node.value is not None and _names(node.value) & carriers:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    new = _names(target) - carriers
+                    if new:
+                        carriers |= new
+                        changed = True
     return carriers
 
 
@@ -120,13 +121,9 @@ def analyse_source(source: str, wrapper: str) -> Tiling:
         kernel_params = [a.arg for a in kernel.args.args]
         param = kernel_params[slot] if isinstance(slot, int) and slot < len(kernel_params) else slot
         if isinstance(param, str) and _ranges_by(kernel, param):
-            return Tiling(
-                TILES, f"{kernel_name} loops over H in steps of {param} (= {PARAM})"
-            )
+            return Tiling(TILES, f"{kernel_name} loops over H in steps of {param} (= {PARAM})")
     kernels = ", ".join(sorted({k for k, _ in launches}))
-    return Tiling(
-        IGNORED, f"{PARAM} reaches {kernels}, which does not loop over H in steps of it"
-    )
+    return Tiling(IGNORED, f"{PARAM} reaches {kernels}, which does not loop over H in steps of it")
 
 
 def analyse(wrapper: Callable[..., Any]) -> Tiling:

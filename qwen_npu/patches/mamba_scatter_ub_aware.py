@@ -197,9 +197,7 @@ def _rebind(module: Any) -> str:
     return f"{KERNEL} in {CALLER_CLASS}'s module wrapped: h_block_size planned from the UB budget"
 
 
-_once = core.Once(
-    INFO, load=_load, probe=_probe, check=_check, rebind=_rebind, effect=_effect
-)
+_once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind, effect=_effect)
 
 
 def apply() -> core.Outcome:

@@ -28,10 +28,10 @@ import logging
 import sys
 from typing import Any
 
+from qwen_npu.checkpoint.modelslim_desc import moe_all_float
 from qwen_npu.patches import core
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.log import log
-from qwen_npu.checkpoint.modelslim_desc import moe_all_float
 from qwen_npu.patches.registry import get_patch
 
 INFO = get_patch("modelslim-moe-unquant-fallback")

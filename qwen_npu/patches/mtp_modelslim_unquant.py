@@ -30,10 +30,10 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
+from qwen_npu.checkpoint.modelslim_desc import mtp_is_all_float
 from qwen_npu.patches import core
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.log import log
-from qwen_npu.checkpoint.modelslim_desc import mtp_is_all_float
 from qwen_npu.patches.registry import get_patch
 
 INFO = get_patch("mtp-modelslim-unquant")

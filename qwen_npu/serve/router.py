@@ -12,6 +12,7 @@ Flags are those of the pinned router (SGLANG_ROUTER_VERSION in docker/versions.e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,6 +200,16 @@ def router_args(o: RouterOptions) -> list[str]:
     return args + list(o.extra_args)
 
 
+def unknown_flags(args: Sequence[str], help_text: str) -> list[str]:
+    """The ``--flags`` of ``args`` that ``smg launch --help`` (``help_text``) does not list.
+
+    A router flag the pinned router rejects would only show when the router starts; checking
+    the flags against its help first turns that into one line before any traffic moves.
+    """
+    known = set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", help_text))
+    return [a for a in args if a.startswith("--") and a.split("=", 1)[0] not in known]
+
+
 __all__ = [
     "LAUNCH_MODULE",
     "CircuitBreaker",
@@ -206,4 +217,5 @@ __all__ = [
     "Retry",
     "RouterOptions",
     "router_args",
+    "unknown_flags",
 ]

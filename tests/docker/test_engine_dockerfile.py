@@ -56,22 +56,22 @@ def test_base_image_is_the_cann_image_for_the_chip(
 ) -> None:
     base = engine.stages[0]
     assert base.name == "base-npu"
-    values = dict(engine.global_args)  # type: ignore[arg-type]
+    values = {k: v or "" for k, v in engine.global_args.items()}
     values.update({k: versions[k] for k in values if k in versions})
-    resolved = expand(base.base, values)  # type: ignore[arg-type]
+    resolved = expand(base.base, values)
     assert resolved == (
         f"{versions['CANN_BASE_IMAGE']}:{versions['CANN_VERSION']}-910b-ubuntu22.04-"
         f"py{versions['ENGINE_PYTHON_VERSION']}"
     )
     values["CHIP"] = "a3"
-    assert expand(base.base, values).endswith(  # type: ignore[arg-type]
+    assert expand(base.base, values).endswith(
         f":{versions['CANN_VERSION']}-a3-ubuntu22.04-py{versions['ENGINE_PYTHON_VERSION']}"
     )
     # The image's own label names the base it was built from.
     labels = key_values(base.all("LABEL")[0].args)
     stage_values = {k: values[k] for k in base.arg_defaults()}
     assert expand(labels["org.opencontainers.image.base.name"], stage_values) == expand(
-        base.base, values  # type: ignore[arg-type]
+        base.base, values
     )
 
 
@@ -85,6 +85,7 @@ def test_stages_and_the_flavours_share_everything_after_the_stack(
         ("stack-npu", "base-npu"),
         ("stack-cpu", "base-cpu"),
         ("builder", "stack-${ENGINE_FLAVOUR}"),
+        ("qwen-npu", "builder"),
         ("engine", "base-${ENGINE_FLAVOUR}"),
     ]
     assert engine.global_args["ENGINE_FLAVOUR"] == "npu"  # docker build without args: the image
@@ -117,7 +118,7 @@ def _run_text(stage: Stage) -> str:
 
 
 def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
-    runs = _run_text(engine.stage("stack-npu")) + "\n" + _run_text(engine.stage("builder"))
+    runs = "\n".join(_run_text(engine.stage(n)) for n in ("stack-npu", "builder", "qwen-npu"))
     assert '"torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_VERSION}"' in runs
     assert '"torch-npu==${TORCH_NPU_VERSION}"' in runs
     assert "triton_ascend-${TRITON_ASCEND_VERSION}-" in runs
@@ -128,8 +129,8 @@ def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
     # Every pip install after torch is held to the torch pins.
     installs = [r for r in runs.split("pip install")[2:]]
     assert installs and all("-c /tmp/constraints.txt" in r.split("&&")[0] for r in installs)
-    # qwen-npu without extras, in the shared builder.
-    qwen = [i.args for i in engine.stage("builder").all("RUN") if "/tmp/qwen-npu" in i.args]
+    # qwen-npu without extras, in a stage of its own after the shared builder.
+    qwen = [i.args for i in engine.stage("qwen-npu").all("RUN") if "/tmp/qwen-npu" in i.args]
     assert qwen and "[" not in qwen[0].split("/tmp/qwen-npu")[1].split()[0]
 
 
@@ -199,13 +200,16 @@ def test_final_stage_has_no_build_step_and_only_the_venv_from_builder(
     assert len(installs) == 1 and '"tini=${TINI_APT_VERSION}"' in installs[0]
     assert "rm -rf /var/lib/apt/lists/*" in installs[0]
     from_builder = [i.args for i in final.all("COPY") if i.args.startswith("--from=")]
-    assert from_builder == ["--from=builder /opt/venv /opt/venv"]
+    assert from_builder == [
+        "--from=builder /opt/venv /opt/venv",
+        "--from=qwen-npu /opt/qwen-npu/ /opt/venv/",
+    ]
 
 
 def test_verify_step_and_pth_hook_check_run_after_the_install(engine: Dockerfile) -> None:
     final = engine.stage("engine")
     order = [(i.cmd, i.args) for i in final.instructions]
-    copy_at = order.index(("COPY", "--from=builder /opt/venv /opt/venv"))
+    copy_at = order.index(("COPY", "--from=qwen-npu /opt/qwen-npu/ /opt/venv/"))
     verify = [
         n
         for n, (c, a) in enumerate(order)

@@ -192,7 +192,7 @@ def _dockerfile_python_check(repo: Path, needle: str) -> str:
     for inst in final.all("RUN"):
         for code in re.findall(r'python3 -c "([^"]*)"', inst.args):
             if needle in code:
-                return code
+                return str(code)
     raise AssertionError(f"no python3 -c check with {needle!r} in the engine stage")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from qwen_npu.serve.router import LAUNCH_MODULE, RouterOptions, router_args, unknown_flags
 from tools import chart as chart_tool
 
 ROUTER_BIN = Path(
@@ -92,7 +93,7 @@ def test_should_find_replicas_by_selector_when_router_enabled(
     docs = rendered_scenarios["ci-router"]
     router = _router(docs)
     container = router["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["smg", "launch"]
+    assert container["command"] == list(LAUNCH_MODULE)
     args = _router_args(docs)
     pairs = _pairs(args)
     assert "--service-discovery" in args and "--worker-urls" not in args
@@ -120,6 +121,8 @@ def test_should_render_health_retry_and_breaker_values_when_router_enabled(
         "--retry-max-retries": "3",
         "--retry-initial-backoff-ms": "50",
         "--retry-max-backoff-ms": "2000",
+        "--retry-backoff-multiplier": "1.5",
+        "--retry-jitter-factor": "0.2",
         "--cb-failure-threshold": "5",
         "--cb-success-threshold": "2",
         "--cb-timeout-duration-secs": "30",
@@ -127,10 +130,10 @@ def test_should_render_health_retry_and_breaker_values_when_router_enabled(
     }
     # The router drains its own in-flight requests for the longest request, and its pod waits.
     longest = _drain_seconds({}) - 10 - 20
-    assert pairs["--shutdown-grace-period-secs"] == str(longest + 5)
+    assert int(pairs["--shutdown-grace-period-secs"]) >= longest
     spec = _router(rendered_scenarios["ci-router"])["spec"]["template"]["spec"]
-    assert spec["terminationGracePeriodSeconds"] >= longest + 5 + 5
-    values = chart_tool.deep_merge(ROUTER, {"router": {"healthCheck": {"intervalSeconds": 2}}})
+    assert spec["terminationGracePeriodSeconds"] == int(pairs["--shutdown-grace-period-secs"]) + 15
+    values = chart_tool.deep_merge(ROUTER, {"router": {"healthCheck": {"intervalSecs": 2}}})
     assert (
         _pairs(_router_args(chart_tool.render_docs(values)))["--health-check-interval-secs"] == "2"
     )
@@ -138,10 +141,13 @@ def test_should_render_health_retry_and_breaker_values_when_router_enabled(
 
 def test_should_route_round_robin_when_engines_disable_radix_cache() -> None:
     assert _pairs(_router_args(chart_tool.render_docs(ROUTER)))["--policy"] == "round_robin"
-    cached = chart_tool.deep_merge(ROUTER, {"engine": {"disableRadixCache": False}})
+    notes = "qwen-npu/templates/NOTES.txt"
+    assert "WARNING: router.policy" not in chart_tool.render(ROUTER)[notes]
+    cached = chart_tool.deep_merge(ROUTER, {"router": {"policy": "cache_aware"}})
     assert _pairs(_router_args(chart_tool.render_docs(cached)))["--policy"] == "cache_aware"
-    chosen = chart_tool.deep_merge(ROUTER, {"router": {"policy": "power_of_two"}})
-    assert _pairs(_router_args(chart_tool.render_docs(chosen)))["--policy"] == "power_of_two"
+    assert "WARNING: router.policy is cache_aware" in chart_tool.render(cached)[notes]
+    radix = chart_tool.deep_merge(cached, {"engine": {"disableRadixCache": False}})
+    assert "WARNING: router.policy" not in chart_tool.render(radix)[notes]
 
 
 def test_should_scrape_router_metrics_and_bound_disruptions_when_router_enabled(
@@ -198,8 +204,8 @@ def test_should_hand_router_the_api_key_from_the_secret_when_set() -> None:
 
 
 def test_should_fail_when_router_grace_is_shorter_than_longest_request() -> None:
-    values = chart_tool.deep_merge(ROUTER, {"router": {"shutdownGracePeriodSeconds": 60}})
-    with pytest.raises(helm.HelmRenderError, match=r"router.shutdownGracePeriodSeconds \(60\)"):
+    values = chart_tool.deep_merge(ROUTER, {"router": {"shutdownGracePeriodSecs": 60}})
+    with pytest.raises(helm.HelmRenderError, match=r"router.shutdownGracePeriodSecs \(60\)"):
         chart_tool.render(values)
 
 
@@ -216,11 +222,39 @@ def test_should_only_use_flags_the_pinned_router_knows_when_rendering_router(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    known = set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", proc.stdout))
     policies = re.search(r"--policy \{([a-z_,]+)\}", proc.stdout)
     assert policies is not None
     for name in ("ci-router", "397b-router"):
         args = _router_args(rendered_scenarios[name])
-        flags = {a for a in args if a.startswith("--")}
-        assert flags <= known, flags - known
+        assert unknown_flags(args, proc.stdout) == []
         assert _pairs(args)["--policy"] in policies[1].split(",")
+
+
+@pytest.mark.parametrize("name", ["ci-router", "397b-router"])
+def test_should_equal_the_failover_builder_when_rendering_router(
+    name: str,
+    scenario_values: dict[str, dict[str, Any]],
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The chart and `make failover` run one router command line (qwen_npu/serve/router.py)."""
+    values = chart_tool.merged_values(scenario_values[name])
+    docs = rendered_scenarios[name]
+    labels = chart_tool.engine_workload(docs)
+    templates = dict(chart_tool.pod_templates(labels))
+    serving = templates.get("single") or templates["leader"]
+    selector = {
+        k: v
+        for k, v in serving["metadata"]["labels"].items()
+        if k.startswith("app.kubernetes.io/")
+        and k != "app.kubernetes.io/version"
+        and k not in ("app.kubernetes.io/managed-by", "app.kubernetes.io/part-of")
+    }
+    selector["qwen-npu.io/role"] = "leader"
+    options = RouterOptions.from_values(
+        values["router"],
+        port=values["service"]["port"],
+        selector=selector,
+        namespace=chart_tool.NAMESPACE,
+        api_key="$(QWEN_NPU_ENGINE_API_KEY)" if values["apiKey"]["existingSecret"] else None,
+    )
+    assert _router_args(docs) == router_args(options)

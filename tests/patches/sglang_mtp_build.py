@@ -12,7 +12,8 @@ built on CPU and loaded from a synthetic ModelSlim checkpoint.
 It runs in its own process (tests/patches/test_sglang_mtp_model.py starts it) because it sets
 SGLang's process-wide state: the published server arguments and the distributed groups.
 
-Where SGLang branches on the platform, it gets the NPU answer: ``is_npu`` in qwen3_5_mtp, the
+Where SGLang branches on the platform, it gets the NPU answer: the NPU's memory capacity while the
+ServerArgs (``--device npu --attention-backend ascend``) resolve, ``is_npu`` in qwen3_5_mtp, the
 rotary embedding base's and the model loader's module flags. Nothing runs a kernel.
 
 Usage: ``python sglang_mtp_build.py SPEC.json OUT.json``. SPEC: {"port": int, "tp": int (1),
@@ -86,7 +87,8 @@ def publish(model_dir: Path, tp: int, rank: int) -> None:
         speculative_num_draft_tokens=4,
         disable_radix_cache=True,
         trust_remote_code=True,
-        device="cpu",
+        device="npu",
+        attention_backend="ascend",
         tp_size=tp,
     )
     runtime_context.publish(
@@ -96,15 +98,28 @@ def publish(model_dir: Path, tp: int, rank: int) -> None:
     )
 
 
+#: HBM of one 910B NPU in MiB, what torch_npu would report (preflight's default 64 GiB).
+NPU_MEMORY_MIB = 65_536
+
+
+def npu_memory_answers() -> None:
+    """``--device npu`` asks torch_npu for the NPU's memory while the ServerArgs resolve."""
+    import sglang.srt.hardware_backend.npu.utils as npu_utils
+    import sglang.srt.utils.common as common
+
+    for module in (common, npu_utils):
+        module.get_npu_memory_capacity = lambda: NPU_MEMORY_MIB
+
+
 def npu_answers() -> None:
     """The NPU answer where the draft's construction branches on the platform."""
     import sglang.srt.layers.rotary_embedding.base as rotary_base
     import sglang.srt.model_loader.loader as loader
     import sglang.srt.models.qwen3_5_mtp as mtp
 
-    mtp.is_npu = lambda: True  # type: ignore[attr-defined]
-    rotary_base._is_npu = True  # type: ignore[attr-defined]
-    loader._is_npu = True  # type: ignore[attr-defined]
+    mtp.is_npu = lambda: True
+    rotary_base._is_npu = True
+    loader._is_npu = True
 
 
 @contextmanager
@@ -149,7 +164,10 @@ def draft(model_dir: Path, device: str) -> tuple[Any, Any]:
 
 
 def describe(model: Any, quant_config: Any, model_config: Any) -> dict[str, Any]:
+    from sglang.srt import runtime_context
     from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
+
+    server_args = runtime_context.get_server_args()
 
     by_part: dict[str, int] = {}
     dtypes: set[str] = set()
@@ -166,6 +184,12 @@ def describe(model: Any, quant_config: Any, model_config: Any) -> dict[str, Any]
     }
     return {
         "ok": True,
+        "server_args": {
+            "device": server_args.device,
+            "attention_backend": server_args.attention_backend,
+            "quantization": server_args.quantization,
+            "speculative_algorithm": server_args.speculative_algorithm,
+        },
         "class": type(model).__name__,
         "architectures": list(model_config.hf_config.architectures),
         "draft_quantization": model_config.quantization,
@@ -216,7 +240,9 @@ def load_job(model_dir: Path) -> dict[str, Any]:
             "untouched_after_load": untouched,
             "untouched_after_set_embed_and_head": after_head,
             "fc_equals_checkpoint": fc_equal,
-            "expert0_w13_equals_gate_up": torch.equal(experts.w13_weight[0], torch.cat([gate0, up0])),
+            "expert0_w13_equals_gate_up": torch.equal(
+                experts.w13_weight[0], torch.cat([gate0, up0])
+            ),
             "expert1_w2_equals_down": torch.equal(experts.w2_weight[1], down1),
         }
     )
@@ -237,6 +263,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     jobs = spec["jobs"]
     tp, rank = int(spec.get("tp", 1)), int(spec.get("rank", 0))
+    npu_memory_answers()
     setup(Path(jobs[0]["model_dir"]), int(spec["port"]), tp, rank)
     npu_answers()
     results = []

@@ -90,7 +90,10 @@ def test_verdicts_from_source(source: str, verdict: str, reason: str) -> None:
 
 def test_no_source_is_unknown() -> None:
     namespace: dict[str, Any] = {}
-    exec(compile("def move_intermediate_cache(a, h_block_size=2): pass", "<built>", "exec"), namespace)
+    exec(
+        compile("def move_intermediate_cache(a, h_block_size=2): pass", "<built>", "exec"),
+        namespace,
+    )
     assert analyse(namespace["move_intermediate_cache"]).verdict == UNKNOWN
 
 
@@ -98,7 +101,9 @@ def load_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -
     """A kernel module variant on disk (so its source can be read), registered in sys.modules."""
     name = "qwen_npu_test_kernel_variant"
     path = tmp_path / f"{name}.py"
-    stand_in_tl = "from types import SimpleNamespace\ntl = SimpleNamespace(range=range, constexpr=int)\n"
+    stand_in_tl = (
+        "from types import SimpleNamespace\ntl = SimpleNamespace(range=range, constexpr=int)\n"
+    )
     path.write_text(textwrap.dedent(source).replace("import triton.language as tl\n", stand_in_tl))
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None

@@ -138,7 +138,9 @@ def test_patched_scatter_moves_exactly_what_plain_indexing_moves(
     assert c.temporal[:, 2].abs().max().item() == 0.0  # the request with step -1 is untouched
 
 
-@pytest.mark.parametrize(("heads", "h_block_size"), [(8, 1), (8, 2), (8, 4), (8, 8), (6, 4), (3, 2)])
+@pytest.mark.parametrize(
+    ("heads", "h_block_size"), [(8, 1), (8, 2), (8, 4), (8, 8), (6, 4), (3, 2)]
+)
 def test_the_kernel_into_a_contiguous_state_equals_plain_indexing(
     kernel_stub: ModuleType, heads: int, h_block_size: int
 ) -> None:

@@ -11,9 +11,9 @@ from unittest import mock
 import pytest
 import torch
 
+from qwen_npu.checkpoint.modelslim_desc import moe_layer_is_unquantized
 from qwen_npu.patches import core
 from qwen_npu.patches import modelslim_moe_unquant_fallback as patch
-from qwen_npu.checkpoint.modelslim_desc import moe_layer_is_unquantized
 
 from .helpers import W_NAMES, description, expert_entries
 

@@ -3,21 +3,26 @@
 The other patch tests drive SGLang's functions one at a time. Here the proof is the model, as in
 the upstream pull request ("Startup succeeds with original command line ... MTP loads in bf16"):
 the child script ``sglang_mtp_build.py`` publishes the ServerArgs of the profiles' plain command
-line (``--quantization modelslim``, NEXTN, no ``--speculative-draft-model-quantization``), builds
-the draft ``ModelConfig``, reads a real ``ModelSlimConfig`` from a seed-shaped
+line (``--device npu --attention-backend ascend --quantization modelslim``, NEXTN, no
+``--speculative-draft-model-quantization``), builds the draft ``ModelConfig``, reads a real
+``ModelSlimConfig`` from a seed-shaped
 ``quant_model_description.json`` (main model W8A8_DYNAMIC, every ``mtp.*`` entry FLOAT) through the
 loader, and calls the loader's ``_initialize_model``: on the meta device for the real sizes, on CPU
 for a tiny config whose weights it then loads.
 
-The children run in their own processes: they publish SGLang's global server arguments and build
-distributed groups, which must not leak into other tests. All jobs share one child (one import of
-SGLang); the TP 2 build runs as two more children at the same time.
+The child runs in its own process: it publishes SGLang's global server arguments and builds a
+distributed group, which must not leak into other tests. All jobs share that one child (one import
+of SGLang, about 20 s of CPU; the builds themselves take a second). The child can also build at
+TP 2 (two children, ranks 0 and 1, the same port); that is not run here, to keep the suite light:
+docs/patches.md has the per-rank figure it gave.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,8 @@ from qwen_npu.preflight import memory
 from qwen_npu.testing import processes
 from qwen_npu.testing.checkpoints import make_config, make_description, tensors
 
-pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+#: The fixture's child is mostly SGLang's imports; a loaded shared machine stretches them.
+pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("sglang_mtp_build.py")
@@ -51,7 +57,7 @@ LASTING_MTP_BYTES = {
     "122B-A10B": 5_047_358_464,
     "397B-A17B": 13_191_136_256,
 }
-TINY = {
+TINY: dict[str, Any] = {
     "hidden_size": 64,
     "num_hidden_layers": 4,
     "num_attention_heads": 4,
@@ -100,6 +106,10 @@ def write_tiny_checkpoint(folder: Path) -> dict[str, Any]:
     return config
 
 
+def exited(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is not None
+
+
 def run_children(tmp: Path, specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Start one child per spec at once, wait for every one to exit, return their results."""
     env = {"PYTHONPATH": f"{REPO / 'tests' / 'stubs'}:{REPO}", "QWEN_NPU_STATE_DIR": ""}
@@ -107,13 +117,15 @@ def run_children(tmp: Path, specs: list[dict[str, Any]]) -> list[list[dict[str, 
     for i, spec in enumerate(specs):
         spec_file, out, log = tmp / f"spec{i}.json", tmp / f"out{i}.json", tmp / f"child{i}.log"
         spec_file.write_text(json.dumps(spec))
-        proc = processes.start([sys.executable, str(CHILD), str(spec_file), str(out)], log=log, env=env)
+        proc = processes.start(
+            [sys.executable, str(CHILD), str(spec_file), str(out)], log=log, env=env
+        )
         started.append((proc, out, log))
     results = []
     for proc, out, log in started:
         try:
             processes.wait_until(
-                lambda p=proc: p.poll() is not None, what="the SGLang build child", timeout_s=600
+                partial(exited, proc), what="the SGLang build child", timeout_s=600
             )
         finally:
             processes.stop(proc)
@@ -135,26 +147,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     jobs = [{"kind": "meta", "model_dir": str(dirs["35B-A3B"]), "patched": False}]
     jobs += [{"kind": "meta", "model_dir": str(dirs[size]), "patched": True} for size in PROFILES]
     jobs += [{"kind": "load", "model_dir": str(tmp / "tiny"), "patched": True}]
-    tp2_job = [{"kind": "meta", "model_dir": str(dirs["35B-A3B"]), "patched": True}]
-    port, tp2_port = processes.free_port(), processes.free_port()
-    one, rank0, rank1 = run_children(
-        tmp,
-        [
-            {"port": port, "jobs": jobs},
-            {"port": tp2_port, "tp": 2, "rank": 0, "jobs": tp2_job},
-            {"port": tp2_port, "tp": 2, "rank": 1, "jobs": tp2_job},
-        ],
-    )
+    (one,) = run_children(tmp, [{"port": processes.free_port(), "jobs": jobs}])
     return {
         "unpatched": one[0],
         "profiles": dict(zip(PROFILES, one[1:5], strict=True)),
         "tiny": one[5],
-        "tp2": [rank0[0], rank1[0]],
         "dirs": dirs,
     }
 
 
-def test_unpatched_the_upstream_error_comes_from_inside_the_constructor(built: dict) -> None:
+def test_unpatched_the_upstream_error_comes_from_inside_the_constructor(
+    built: dict[str, Any],
+) -> None:
     result = built["unpatched"]
     assert not result["ok"]
     assert (result["error_type"], result["error"]) == ("ValueError", UPSTREAM_ERROR)
@@ -166,9 +170,15 @@ def test_unpatched_the_upstream_error_comes_from_inside_the_constructor(built: d
     assert "loader.py:_initialize_model" in frames
 
 
-def test_patched_the_draft_is_built_unquantized_in_bf16(built: dict) -> None:
+def test_patched_the_draft_is_built_unquantized_in_bf16(built: dict[str, Any]) -> None:
     result = built["profiles"]["35B-A3B"]
     assert result["ok"], result
+    assert result["server_args"] == {
+        "device": "npu",
+        "attention_backend": "ascend",
+        "quantization": "modelslim",
+        "speculative_algorithm": "NEXTN",
+    }
     assert result["class"] == "Qwen3_5ForCausalLMMTP"
     # The plain command line: the draft quantization is inherited, and the loader reads ModelSlim.
     assert result["draft_quantization"] == "modelslim"
@@ -181,20 +191,20 @@ def test_patched_the_draft_is_built_unquantized_in_bf16(built: dict) -> None:
 
 
 @pytest.mark.parametrize("size", ["122B-A10B", "397B-A17B"])
-def test_every_moe_profile_builds_unquantized(built: dict, size: str) -> None:
+def test_every_moe_profile_builds_unquantized(built: dict[str, Any], size: str) -> None:
     result = built["profiles"][size]
     assert result["ok"] and result["model_quant_config"] is None
     assert set(result["moe_quant_methods"].values()) == {"UnquantizedFusedMoEMethod"}
     assert result["dtypes"] == ["bfloat16"]
 
 
-def test_the_dense_profile_builds_unquantized(built: dict) -> None:
+def test_the_dense_profile_builds_unquantized(built: dict[str, Any]) -> None:
     result = built["profiles"]["27B"]
     assert result["ok"] and result["model_quant_config"] is None
     assert result["moe_quant_methods"] == {} and result["dtypes"] == ["bfloat16"]
 
 
-def test_35b_parameter_bytes_beside_the_pull_request(built: dict) -> None:
+def test_35b_parameter_bytes_beside_the_pull_request(built: dict[str, Any]) -> None:
     """What is counted: every parameter of the module SGLang builds, bf16, TP 1. embed_tokens and
     lm_head (vocab x hidden each) are allocated and loaded by the draft itself, then replaced by the
     target's (set_embed_and_head) once the draft has loaded, so the draft's lasting share is the
@@ -215,22 +225,8 @@ def test_35b_parameter_bytes_beside_the_pull_request(built: dict) -> None:
     assert lasting / (PR_MTP_GIB * GIB) < 0.45
 
 
-def test_35b_at_tp2_each_rank_holds_half_but_the_replicated_parts(built: dict) -> None:
-    """The profile's --tp 2, two gloo ranks: the experts, attention heads and the vocabulary split;
-    fc, the router and the norms are replicated."""
-    rank0, rank1 = built["tp2"]
-    assert rank0["ok"] and rank1["ok"]
-    assert rank0["bytes_by_part"] == rank1["bytes_by_part"]
-    whole, half = built["profiles"]["35B-A3B"]["bytes_by_part"], rank0["bytes_by_part"]
-    for part in ("embed_tokens", "lm_head", "routed_experts", "attention"):
-        assert half[part] * 2 == whole[part], part
-    for part in ("fc", "router", "norms"):
-        assert half[part] == whole[part], part
-    assert rank0["bytes"] == 1_870_685_184  # 1.742 GiB per NPU
-
-
 @pytest.mark.parametrize("size", PROFILES)
-def test_preflight_mtp_bytes_match_the_real_model(built: dict, size: str) -> None:
+def test_preflight_mtp_bytes_match_the_real_model(built: dict[str, Any], size: str) -> None:
     """Preflight's MTP figure (from config.json shapes) against the parameters SGLang builds, less
     embed_tokens and lm_head (the target's are used once the draft is loaded): within 2 %."""
     result = built["profiles"][size]
@@ -241,20 +237,9 @@ def test_preflight_mtp_bytes_match_the_real_model(built: dict, size: str) -> Non
     assert abs(predicted - real) / real < 0.02, (size, predicted, real)
 
 
-def test_preflight_per_npu_mtp_share_at_tp2(built: dict, tmp_path: Path) -> None:
-    """Preflight splits the MTP evenly over the ranks; the replicated fc, router and norms make the
-    real rank 1 % heavier, inside the 2 % bar."""
-    rank = built["tp2"][0]
-    parts = rank["bytes_by_part"]
-    real = rank["bytes"] - parts["embed_tokens"] - parts["lm_head"]
-    config = read_model_config(built["dirs"]["35B-A3B"])
-    estimate = memory.estimate(
-        config, {}, None, tp=2, mtp=True, npu_memory_gb=64, mem_fraction_static=0.8
-    )
-    assert abs(estimate.mtp_per_npu_bytes - real) / real < 0.02
-
-
-def test_load_weights_fills_every_parameter_from_a_float_mtp_checkpoint(built: dict) -> None:
+def test_load_weights_fills_every_parameter_from_a_float_mtp_checkpoint(
+    built: dict[str, Any],
+) -> None:
     result = built["tiny"]
     assert result["ok"], result
     assert result["model_quant_config"] is None and result["dtypes"] == ["bfloat16"]

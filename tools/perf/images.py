@@ -4,7 +4,8 @@ Why it exists: the sidecar image must stay under 200 MB and start fast, and no D
 on these machines. This rebuilds the image's /opt/venv the way docker/sidecar.Dockerfile does
 (the wheel, `<wheel>[sidecar]` held by docker/sidecar-constraints.txt, pip and setuptools removed),
 offline from .venv-wheels/sidecar, then measures its size, the sidecar's time from start to the
-first /livez 200 and its resident memory. Figures go to out/perf/images.md and stdout.
+first /livez 200 and its resident memory. When `make image-test` has built the images with podman,
+their sizes and what our layers add are reported too. Figures go to out/perf/images.md and stdout.
 
     .venv/bin/python tools/perf/images.py --out out/perf/images.md [--starts 5]
 """
@@ -13,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from qwen_npu.testing import processes
 
 REPO = Path(__file__).resolve().parents[2]
 # python:3.11-slim-bookworm, uncompressed, as `docker image ls` reports it (an estimate: the build
@@ -59,12 +60,6 @@ def build_env(root: Path) -> tuple[Path, dict[str, float]]:
     return venv, timings
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -74,7 +69,7 @@ def _rss_mb(pid: int) -> float:
 
 def start_once(venv: Path) -> tuple[float, float]:
     """Seconds from spawn to the first /livez 200, and the RSS in MiB right after."""
-    port = _free_port()
+    port = processes.free_port()
     env = {
         "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -82,26 +77,76 @@ def start_once(venv: Path) -> tuple[float, float]:
     }
     cmd = [str(venv / "bin" / "qwen-npu"), "sidecar", "--host", "127.0.0.1", "--port", str(port)]
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        [*cmd, "--engine-url", f"http://127.0.0.1:{_free_port()}"],
+    proc = processes.start(
+        [*cmd, "--engine-url", f"http://127.0.0.1:{processes.free_port()}"],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        replace_env=True,
     )
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                if proc.poll() is not None or time.perf_counter() - start > 60:
-                    sys.exit("perf-images: the sidecar did not answer /livez within 60 s")
-                time.sleep(0.01)
+        try:
+            processes.wait_until(
+                lambda: processes.http_status(f"http://127.0.0.1:{port}/livez", timeout=1) == 200,
+                what="the sidecar's /livez",
+                timeout_s=60,
+                interval_s=0.01,
+                proc=proc,
+            )
+        except (processes.WaitTimeout, processes.ProcessExited) as exc:
+            sys.exit(f"perf-images: {str(exc).splitlines()[0]}")
         elapsed = time.perf_counter() - start
         return elapsed, _rss_mb(proc.pid)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        processes.stop(proc)
+
+
+def podman_figures() -> list[str]:
+    """Sizes of the images `make image-test` built with podman (rows; none when not built)."""
+    env = os.environ | {"CONTAINERS_CONF": str(REPO / "docker" / "podman" / "containers.conf")}
+
+    def size(ref: str) -> int | None:
+        done = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Size}}", ref],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return int(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
+
+    if shutil.which("podman") is None:
+        return ["| podman images | not built here (no podman: make image-test) |"]
+    refs = dict(
+        line.split("=", 1)
+        for line in subprocess.run(
+            ["make", "--no-print-directory", "-s", "-C", str(REPO), "image-refs"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        if "=" in line
+    )
+    versions = {
+        k: v
+        for k, _, v in (
+            line.partition("=")
+            for line in (REPO / "docker" / "versions.env").read_text().splitlines()
+            if line and not line.startswith("#")
+        )
+    }
+    base = size(
+        f"docker.io/library/python:{versions['SIDECAR_PYTHON_VERSION']}-slim-"
+        f"{versions['SIDECAR_DEBIAN_RELEASE']}"
+    )
+    rows = []
+    for label, ref in (("sidecar", refs["sidecar"]), ("engine, cpu flavour", refs["engine-cpu"])):
+        total = size(ref)
+        if total is None or base is None:
+            rows.append(f"| {label} image ({ref}) | not built (make image-test) |")
+            continue
+        rows.append(
+            f"| {label} image ({ref}, podman) | {total / 1e6:.0f} MB; our layers add "
+            f"{(total - base) / 1e6:.1f} MB to the stand-in base ({base / 1e6:.0f} MB) |"
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| sidecar RSS after start (median) | {statistics.median(rss):.0f} MiB |",
         f"| wheel build / venv / install | {timings['wheel build']:.1f} s / {timings['venv']:.1f} s"
         f" / {timings['install']:.1f} s |",
+        *podman_figures(),
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)

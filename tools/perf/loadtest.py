@@ -39,12 +39,20 @@ E2E = TTFT + (OUT_LEN - 1) * ITL
 NUM = {1: 12, 10: 50, 64: 256}
 
 
-def ours(url: str, conc: int, num: int, tok: Path, out: Path, workers: int = 0) -> dict[str, Any]:
+def ours(
+    url: str, conc: int, num: int, tok: Path, out: Path, workers: int = 0, client: str = "wire"
+) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "qwen_npu", "bench", "--target", url, "-c", str(conc),
            "--num-prompts", str(num), "--input-len", str(IN_LEN), "--output-len", str(OUT_LEN),
            "--tokenizer", str(tok), "--workers", str(workers), "--output", str(out)]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, timeout=600)
+    env = dict(os.environ, QWEN_NPU_BENCH_CLIENT=client)
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, timeout=600, env=env)
     return dict(json.loads(out.read_text().splitlines()[-1]))
+
+
+def ours_requests(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any]:
+    """The bench with its previous client: requests/urllib3 streaming, no pre-warmed connections."""
+    return ours(url, conc, num, tok, out, client="requests")
 
 
 def sglang(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any]:
@@ -102,23 +110,26 @@ def tool_verdict(
     return better, worse
 
 
-def accuracy(tok: Path, tmp: Path, reps: int) -> list[str]:
+REQUESTS_CLIENT = "qwen-npu bench, previous client"
+
+
+def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True) -> list[str]:
     """Both tools against the truth server, alternating, ``reps`` runs per tool and CONC."""
     titles = " | ".join(f"{t} median (range)" for t in ERROR_TITLES)
     rows = [
         f"| CONC | tool | {titles} | server TTFT ms | client CPU µs/token |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    tools = (("qwen-npu bench", ours), ("sglang.benchmark.serving", sglang))
+    tools: list[tuple[str, Any]] = [("qwen-npu bench", ours), ("sglang.benchmark.serving", sglang)]
+    if with_requests_client:
+        tools.append((REQUESTS_CLIENT, ours_requests))
     verdicts: list[str] = []
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "qwen_npu.loadtest.truth_server", "--port", str(port),
            "--ttft-ms", str(TTFT), "--itl-ms", str(ITL)]  # fmt: skip
-    startup = {
-        "qwen-npu bench": _cpu_of([sys.executable, "-c", "import qwen_npu.loadtest.runner"]),
-        "sglang.benchmark.serving": 0.0,
-    }
+    bench_startup = _cpu_of([sys.executable, "-c", "import qwen_npu.loadtest.runner"])
+    startup = {"qwen-npu bench": bench_startup, REQUESTS_CLIENT: bench_startup}
     with processes.running(cmd, ready_url=url + "/health", log=tmp / "truth.log"):
         for conc in (1, 10, 64):
             num = NUM[conc]
@@ -134,7 +145,9 @@ def accuracy(tok: Path, tmp: Path, reps: int) -> list[str]:
                     rec = fn(url, conc, num, tok, tmp / f"{name[:6]}-{conc}-{rep}.jsonl")
                     after = resource.getrusage(resource.RUSAGE_CHILDREN)
                     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-                    cpus[name].append((cpu - startup[name]) / max(rec["total_output_tokens"], 1))
+                    cpus[name].append(
+                        (cpu - startup.get(name, 0.0)) / max(rec["total_output_tokens"], 1)
+                    )
                     server = truth_summary(_truth_log(url))
                     assert server["n"] == num, (name, conc, server)
                     errs[name].append(run_errors(rec, server))
@@ -144,7 +157,7 @@ def accuracy(tok: Path, tmp: Path, reps: int) -> list[str]:
                 for key in ERROR_KEYS:
                     sp = Spread.of([e[key] for e in errs[name]])
                     cells.append(f"{sp.median:+.2f} ({sp.lo:+.2f}..{sp.hi:+.2f})")
-                cpu_cell = f"{_median(cpus[name]) * 1e6:.0f}" if name == "qwen-npu bench" else "-"
+                cpu_cell = f"{_median(cpus[name]) * 1e6:.0f}" if name in startup else "-"
                 rows.append(
                     f"| {conc} | {name} | {' | '.join(cells)} | "
                     f"{_median(servers[name]):.2f} | {cpu_cell} |"
@@ -213,7 +226,10 @@ def main() -> int:
     p.add_argument("--out", default="out/perf/loadtest.md")
     p.add_argument("--skip-capacity", action="store_true")
     p.add_argument("--skip-accuracy", action="store_true")
-    p.add_argument("--reps", type=int, default=3, help="runs per tool and CONC (median kept)")
+    p.add_argument("--reps", type=int, default=3, help="runs per tool and CONC")
+    p.add_argument(
+        "--skip-previous-client", action="store_true", help="do not measure the requests client"
+    )
     args = p.parse_args()
     started = time.time()
     with tempfile.TemporaryDirectory() as d:
@@ -235,7 +251,7 @@ def main() -> int:
                 f"{args.reps} alternating runs per tool and concurrency: median error (min..max). "
                 f"Load average at the start: {os.getloadavg()[0]:.1f}.",
                 "",
-                *accuracy(tok, tmp, args.reps),
+                *accuracy(tok, tmp, args.reps, not args.skip_previous_client),
             ]
         if not args.skip_capacity:
             lines += [

@@ -394,24 +394,6 @@ sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then
 {{- if gt $grace 0 }}{{ $grace }}{{ else }}{{ include "qwen-npu.drainSeconds" . }}{{ end }}
 {{- end }}
 
-{{/* The router's --shutdown-grace-period-secs: the value, or the longest request plus 5 s. */}}
-{{- define "qwen-npu.routerShutdownSeconds" -}}
-{{- $grace := int .Values.router.shutdownGracePeriodSeconds }}
-{{- if gt $grace 0 }}{{ $grace }}{{ else }}{{ add (int (include "qwen-npu.longestRequestSeconds" .)) 5 }}{{ end }}
-{{- end }}
-
-{{/*
-The router's --policy. "auto": cache_aware only when the engines keep a radix cache; with
---disable-radix-cache (every Ascend profile) there are no cache hits to route for, so round_robin.
-*/}}
-{{- define "qwen-npu.routerPolicy" -}}
-{{- if eq .Values.router.policy "auto" }}
-{{- ternary "round_robin" "cache_aware" (.Values.engine.disableRadixCache | default false) }}
-{{- else }}
-{{- .Values.router.policy }}
-{{- end }}
-{{- end }}
-
 {{/* Environment shared by the engine and the preflight init container. */}}
 {{- define "qwen-npu.engineEnv" -}}
 {{- range $name, $value := .Values.engine.ascendEnv }}
@@ -475,9 +457,11 @@ The router's --policy. "auto": cache_aware only when the engines keep a radix ca
 {{- end }}
 
 {{/*
-The router's arguments after `smg launch` (sglang-router, pinned by SGLANG_ROUTER_VERSION): one flag
-or value per line. tools/perf/failover.py starts the same flags against simulator replicas; every
-flag is one `smg launch --help` lists (tests/helm/test_router.py checks it with the pinned router).
+The router's arguments (after `python3 -m sglang_router.launch_router`, the pinned sglang-router;
+`smg launch` takes the same): one flag or value per line, in the order of
+qwen_npu/serve/router.py's router_args, which builds the same command for `make failover` from the
+same values (RouterOptions.from_values; tests/helm/test_drain_router.py compares the two, and
+checks every flag against the pinned router's `--help`).
 */}}
 {{- define "qwen-npu.routerArgs" -}}
 {{- $r := .Values.router }}
@@ -486,7 +470,7 @@ flag is one `smg launch --help` lists (tests/helm/test_router.py checks it with 
 - --port
 - {{ .Values.service.port | quote }}
 - --policy
-- {{ include "qwen-npu.routerPolicy" . | quote }}
+- {{ $r.policy | quote }}
 - --service-discovery
 - --selector
 {{- range $key, $value := fromYaml (include "qwen-npu.servingSelectorLabels" .) }}
@@ -499,9 +483,9 @@ flag is one `smg launch --help` lists (tests/helm/test_router.py checks it with 
 - --health-check-endpoint
 - {{ $r.healthCheck.endpoint | quote }}
 - --health-check-interval-secs
-- {{ $r.healthCheck.intervalSeconds | int | toString | quote }}
+- {{ $r.healthCheck.intervalSecs | int | toString | quote }}
 - --health-check-timeout-secs
-- {{ $r.healthCheck.timeoutSeconds | int | toString | quote }}
+- {{ $r.healthCheck.timeoutSecs | int | toString | quote }}
 - --health-failure-threshold
 - {{ $r.healthCheck.failureThreshold | int | toString | quote }}
 - --health-success-threshold
@@ -512,20 +496,26 @@ flag is one `smg launch --help` lists (tests/helm/test_router.py checks it with 
 - {{ $r.retry.initialBackoffMs | int | toString | quote }}
 - --retry-max-backoff-ms
 - {{ $r.retry.maxBackoffMs | int | toString | quote }}
+- --retry-backoff-multiplier
+- {{ $r.retry.backoffMultiplier | toString | quote }}
+- --retry-jitter-factor
+- {{ $r.retry.jitterFactor | toString | quote }}
 - --cb-failure-threshold
 - {{ $r.circuitBreaker.failureThreshold | int | toString | quote }}
 - --cb-success-threshold
 - {{ $r.circuitBreaker.successThreshold | int | toString | quote }}
 - --cb-timeout-duration-secs
-- {{ $r.circuitBreaker.timeoutSeconds | int | toString | quote }}
+- {{ $r.circuitBreaker.timeoutDurationSecs | int | toString | quote }}
 - --cb-window-duration-secs
-- {{ $r.circuitBreaker.windowSeconds | int | toString | quote }}
-- --shutdown-grace-period-secs
-- {{ include "qwen-npu.routerShutdownSeconds" . | quote }}
+- {{ $r.circuitBreaker.windowDurationSecs | int | toString | quote }}
 - --prometheus-host
 - "0.0.0.0"
 - --prometheus-port
-- {{ $r.prometheusPort | int | toString | quote }}
+- {{ $r.metricsPort | int | toString | quote }}
+- --request-timeout-secs
+- {{ $r.requestTimeoutSecs | int | toString | quote }}
+- --shutdown-grace-period-secs
+- {{ $r.shutdownGracePeriodSecs | int | toString | quote }}
 {{- if .Values.apiKey.existingSecret }}
 - --api-key
 - "$(QWEN_NPU_ENGINE_API_KEY)"

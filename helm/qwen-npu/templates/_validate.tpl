@@ -160,14 +160,13 @@ abbreviated, since argparse accepts any unique prefix, or written `--flag=value`
 {{- $p = append $p (printf "engine.terminationGracePeriodSeconds (%d) is shorter than the drain (%d s = engine.drain.preStopSeconds + the longest request at engine.drain limits + engine.drain.exitSeconds): in-flight requests would be killed; raise it or set 0 to compute it" $grace $need) }}
 {{- end }}
 {{- if $v.router.enabled }}
-{{- $rgrace := int $v.router.shutdownGracePeriodSeconds }}
+{{- $rgrace := int $v.router.shutdownGracePeriodSecs }}
 {{- $longest := int (include "qwen-npu.longestRequestSeconds" .) }}
-{{- if and (gt $rgrace 0) (lt $rgrace $longest) }}
-{{- $p = append $p (printf "router.shutdownGracePeriodSeconds (%d) is shorter than the longest request (%d s at engine.drain limits): the router would cut streams on its own rollout; raise it or set 0 to compute it" $rgrace $longest) }}
+{{- if lt $rgrace $longest }}
+{{- $p = append $p (printf "router.shutdownGracePeriodSecs (%d) is shorter than the longest request (%d s at engine.drain limits): a router rollout would cut streams; raise it to at least %d" $rgrace $longest $longest) }}
 {{- end }}
-{{- $routerPorts := dict (toString (int $v.service.port)) "service.port" }}
-{{- if hasKey $routerPorts (toString (int $v.router.prometheusPort)) }}
-{{- $p = append $p (printf "router.prometheusPort (%d) equals service.port: the router's metrics need their own port" (int $v.router.prometheusPort)) }}
+{{- if eq (int $v.router.metricsPort) (int $v.service.port) }}
+{{- $p = append $p (printf "router.metricsPort (%d) equals service.port: the router's metrics need their own port" (int $v.router.metricsPort)) }}
 {{- end }}
 {{- end }}
 {{- join "\n" $p }}

@@ -283,8 +283,8 @@ def build(cfg: Config = DEFAULT) -> Board:
     )
     b.timeseries(
         "Router requests and retries",
-        "Requests the router received (smg_router_requests_total), answered with an error "
-        "(smg_router_request_errors_total) and retried on another worker "
+        "Requests the router received (smg_router_requests_total), answered with a 5xx "
+        "(smg_http_responses_total) and retried on another worker "
         "(smg_worker_retries_total), per second.",
         "reqps",
         [
@@ -294,8 +294,8 @@ def build(cfg: Config = DEFAULT) -> Board:
                 "requests",
             ),
             Query(
-                f"sum by (namespace) (rate(smg_router_request_errors_total{{{ROUTER}}}"
-                "[$__rate_interval]))",
+                "sum by (namespace) (rate(smg_http_responses_total"
+                f'{{{ROUTER}, status_code=~"5.."}}[$__rate_interval]))',
                 "errors",
             ),
             Query(

@@ -21,8 +21,8 @@ from qwen_npu.serve import catalogue, sglang_metrics
 from qwen_npu.serve.observability import alerts, dashboard_engine, dashboard_serving, defaults
 from qwen_npu.serve.observability.config import DEFAULT, Config
 from qwen_npu.serve.observability.npu_exporter import NPU_EXPORTER_METRICS
-from qwen_npu.serve.observability.router_metrics import ROUTER_METRICS
 from qwen_npu.serve.observability.promql import metric_names
+from qwen_npu.serve.observability.router_metrics import ROUTER_METRICS
 from qwen_npu.serve.observability.rules import render_groups
 
 DASHBOARDS: tuple[ModuleType, ...] = (dashboard_serving, dashboard_engine)

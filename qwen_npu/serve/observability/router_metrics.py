@@ -48,10 +48,10 @@ ROUTER_METRICS: tuple[MetricSpec, ...] = (
         unit="reqps",
     ),
     MetricSpec(
-        "smg_router_request_errors_total",
+        "smg_http_responses_total",
         "counter",
-        "Requests the router answered with an error.",
-        ("router_type", "backend_type", "connection_mode", "model", "endpoint", "error_type"),
+        "Responses the router sent, by HTTP status code (5xx: the request failed).",
+        ("status_code", "error_code"),
         unit="reqps",
     ),
 )

@@ -4,7 +4,7 @@ Why this exists: the health, info and canary loops differ only in their step and
 iteration runs the step, then sleeps ``interval_s`` once, so a step starts every interval plus the
 step's own duration (a refused probe takes no time, a timed-out one its timeout). The sleep is
 injected (``asyncio.sleep`` in the pod), so tests count steps against sleeps on a virtual clock
-instead of waiting for wall-clock time; docs/sidecar.md's probe arithmetic rests on this cadence.
+instead of waiting for wall-clock time; docs/chart.md's probe arithmetic rests on this cadence.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,41 @@ def _load(base: str, seconds: float, workers: int = 6) -> int:
     return done[0]
 
 
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+
+
+def _timestamp(rfc3339: str) -> float:
+    """Prometheus' RFC 3339 time (up to nanoseconds) as Unix seconds."""
+    m = _RFC3339.match(rfc3339)
+    assert m, f"not an RFC 3339 time: {rfc3339!r}"
+    zone = "+00:00" if m[3] == "Z" else m[3]
+    return datetime.fromisoformat(m[1] + zone).timestamp() + float(m[2] or 0)
+
+
+def _settled_since(prom: str) -> float | None:
+    """The oldest target's last scrape, once every rule group was evaluated after it (else None)."""
+    targets = httpx.get(f"{prom}/api/v1/targets", timeout=10.0).json()["data"]["activeTargets"]
+    groups = httpx.get(f"{prom}/api/v1/rules", timeout=10.0).json()["data"]["groups"]
+    if not targets or not groups or any(t["health"] != "up" for t in targets):
+        return None
+    scraped = [_timestamp(t["lastScrape"]) for t in targets]
+    evaluated = [_timestamp(g["lastEvaluation"]) for g in groups]
+    return min(scraped) if min(evaluated) > max(scraped) else None
+
+
+def _wait_for_scrapes_and_evaluations(prom: str, after: float) -> None:
+    """Wait (for events, not a fixed time) until every target was scraped twice after ``after``
+    and every rule group evaluated after that: the load's last numbers reached the rules."""
+    first = processes.wait_until(
+        lambda: (t := _settled_since(prom)) is not None and t > after and t,
+        what="a scrape of every target, and the rules evaluated, after the load",
+    )
+    processes.wait_until(
+        lambda: (t := _settled_since(prom)) is not None and t > first,
+        what="a second scrape of every target, and the rules evaluated, after the load",
+    )
+
+
 @dataclass
 class Stack:
     prom: str
@@ -284,7 +320,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, prometheus_bin: str) -> Iter
             ),
         ):
             requests = _load(engine, seconds=8.0)
-            time.sleep(3.0)  # the last scrapes and a few rule evaluations
+            _wait_for_scrapes_and_evaluations(prom, after=time.time())
             yield Stack(prom, rules, requests, logs)
 
 

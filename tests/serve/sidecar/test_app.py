@@ -239,8 +239,11 @@ def test_canary_off_never_generates() -> None:
     fake = FakeEngine()
     with fake_client(fake, canary_interval_s=0) as c:
         wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
-        time.sleep(0.4)
+        # Long enough for several canary intervals (0.15 s) to pass, counted in health probes.
+        probes = fake.calls["/health_generate"]
+        wait_until(lambda: fake.calls["/health_generate"] >= probes + 8, what="8 more probes")
         assert fake.calls.get("/generate", 0) == 0
+        assert [loop.name for loop in c.app.state.monitor.loop_plan()] == ["health", "info"]
         assert (
             sum(
                 metric(c, "qwen_npu_canary_runs_total", result=r)

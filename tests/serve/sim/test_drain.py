@@ -67,7 +67,9 @@ class StreamReader:
 
 
 @contextmanager
-def sim(tmp_path: Path, env: dict[str, str] | None = None, *flags: str) -> Iterator[tuple[str, Any]]:
+def sim(
+    tmp_path: Path, env: dict[str, str] | None = None, *flags: str
+) -> Iterator[tuple[str, Any]]:
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "qwen_npu", "sim", "--host", "127.0.0.1", "--port", str(port)]

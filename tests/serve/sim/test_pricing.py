@@ -76,10 +76,12 @@ def test_settings_follow_from_the_same_parameters() -> None:
     # MTP wins at concurrency 1 and loses at 32, and more steps lose earlier.
     assert steady_state(base, 1).output_tok_per_s > 1.3 * steady_state(off, 1).output_tok_per_s
     assert steady_state(base, 32).output_tok_per_s < steady_state(off, 32).output_tok_per_s
+    # More steps lose earlier (1 step, cheap to verify, may never lose before the prefill lane
+    # caps both at the same throughput).
     concs = range(1, 65)
-    cross = [crossover(_steps(n), off, concs) for n in (1, 2, 3)]
-    assert None not in cross
-    assert cross[0] > cross[1] > cross[2] > 1, cross  # type: ignore[operator]
+    one, two, three = (crossover(_steps(n), off, concs) for n in (1, 2, 3))
+    assert two is not None and three is not None
+    assert (one is None or one > two) and two > three > 5, (one, two, three)
 
 
 def test_the_crossover_depends_on_acceptance() -> None:
@@ -122,7 +124,7 @@ def test_bad_concurrency_is_refused() -> None:
         steady_state(SimConfig(), 0)
 
 
-SCALE = 0.25  # every simulated duration x 0.25: the same shape, four times faster
+SCALE = 0.5  # every simulated duration x 0.5: the same shape, twice as fast
 
 
 @pytest.mark.parametrize(
@@ -136,6 +138,6 @@ def test_the_running_simulator_measures_the_paper_figures(
     got = closed_loop(profile, conc, num, scale=SCALE)
     assert got.requests == num
     # Behaviour, not speed: loose tolerances (acceptance is drawn; a shared machine adds jitter).
-    assert got.tpot_ms == pytest.approx(paper.tpot_ms, rel=0.2)
-    assert got.ttft_ms == pytest.approx(paper.ttft_ms, rel=0.25)
-    assert got.output_tok_per_s == pytest.approx(paper.output_tok_per_s, rel=0.25)
+    assert got.tpot_ms == pytest.approx(paper.tpot_ms, rel=0.2), (got, paper)
+    assert got.ttft_ms == pytest.approx(paper.ttft_ms, rel=0.25), (got, paper)
+    assert got.output_tok_per_s == pytest.approx(paper.output_tok_per_s, rel=0.25), (got, paper)

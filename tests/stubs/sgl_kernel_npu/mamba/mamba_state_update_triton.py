@@ -135,7 +135,6 @@ def _move_kernel(
             dst[offsets[mask]] = tile[mask]  # masked store
 
 
-
 def move_intermediate_cache(
     ssm_states, intermediate_state_cache, dst_indices, src_indices, last_steps, h_block_size=2
 ):

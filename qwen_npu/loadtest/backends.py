@@ -15,6 +15,7 @@ of the last line (``[DONE]`` included); the output length is the server's ``comp
 from __future__ import annotations
 
 import json
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -272,6 +273,7 @@ class GenerateBackend(Backend):
 
 
 _TEXT_KEY = b'{"text":"'
+_DIGITS = re.compile(rb"\d+")
 _COMPLETION_KEY = b'"completion_tokens":'
 _VERIFY_KEY = b'"spec_verify_ct":'
 
@@ -281,11 +283,8 @@ def _int_after(data: bytes, key: bytes) -> int | None:
     i = data.rfind(key)
     if i < 0:
         return None
-    j = i + len(key)
-    k = j
-    while k < len(data) and data[k] in b"0123456789":
-        k += 1
-    return int(data[j:k]) if k > j else None
+    m = _DIGITS.match(data, i + len(key))
+    return int(m.group()) if m else None
 
 
 def scan_generate_chunk(data: bytes) -> tuple[bool, int | None, int | None] | None:

@@ -175,7 +175,7 @@ class _Reader:
                 data = pending + data
             lines = data.split(b"\n")
             pending = lines.pop()
-            yield from lines
+            yield from filter(None, lines)  # SSE's blank separator lines carry nothing
 
     def sized_lines(self, length: int) -> Iterator[bytes]:
         buf = self.buf

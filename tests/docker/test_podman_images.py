@@ -184,7 +184,7 @@ def _get_text(url: str) -> str:
 
 def _run(image: str, *args: str, env: dict[str, str] | None = None) -> Any:
     flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
-    return podman("run", "--rm", "--network", "none", *flags, image, *args, timeout=600)
+    return podman("run", "--rm", "--network", "none", *flags, image, *args, timeout=280)
 
 
 def test_patches_verify_strict_inside_the_engine_image(

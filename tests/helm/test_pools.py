@@ -172,6 +172,11 @@ def test_should_gang_schedule_each_group_with_volcano_when_multi_node(
     for version in (chart_tool.KUBE_VERSIONS[0], chart_tool.KUBE_VERSIONS[-1]):
         assert chart_tool.validate(group, version) == []
         assert chart_tool.validate(lws, version) == []
+    notes = chart_tool.render(chart_tool.values_from(chart_tool.CI_DIR / "multinode-values.yaml"))
+    assert (
+        "gangSchedulingManagement.schedulerProvider=volcano"
+        in notes["qwen-npu/templates/NOTES.txt"]
+    )
     # Without Volcano there is no PodGroup; a single-node Deployment never has one.
     assert (
         chart_tool.volcano_podgroup(chart_tool.engine_workload(chart_tool.render_docs(BIG))) is None

@@ -164,6 +164,7 @@ class Engine:
         self._timer_at = math.inf
         self._paused_at: float | None = None
         self._batch: PrefillBatch | None = None  # prefill-serial: the lane's last batch
+        self._step_price: dict[int, float] = {}  # running requests -> step seconds
         self.last_emit = -math.inf
         self.lead = 0.0  # burst-centring lead (seconds), see observe_send()
         self.lateness: deque[float] = deque(maxlen=20000)  # recent send lateness (seconds)
@@ -182,7 +183,11 @@ class Engine:
         return pricing.prefill_ms(self.cfg, prompt_tokens) / 1000.0
 
     def step_s(self) -> float:
-        return pricing.step_ms(self.cfg, len(self.running)) / 1000.0
+        n = len(self.running)
+        price = self._step_price.get(n)
+        if price is None:  # the config is fixed: price each batch size once (hot path)
+            price = self._step_price[n] = pricing.step_ms(self.cfg, n) / 1000.0
+        return price
 
     # -- admission ---------------------------------------------------------------------------
 

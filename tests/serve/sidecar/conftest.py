@@ -61,6 +61,7 @@ class FakeEngine:
     def __init__(self) -> None:
         self.health_status = 200
         self.health_delay_s = 0.0
+        self.health_in_flight = 0  # /health_generate exchanges started and not yet answered
         self.refuse = False
         self.spec_algorithm: str | None = "NEXTN"
         self.num_steps = 3
@@ -82,8 +83,12 @@ class FakeEngine:
         if self.refuse:
             raise httpx.ConnectError("connection refused", request=request)
         if path == "/health_generate":
-            if self.health_delay_s:
-                await asyncio.sleep(self.health_delay_s)
+            self.health_in_flight += 1
+            try:
+                if self.health_delay_s:
+                    await asyncio.sleep(self.health_delay_s)
+            finally:
+                self.health_in_flight -= 1
             return httpx.Response(self.health_status)
         if path == "/server_info":
             if self.server_info_body is not None:

@@ -145,25 +145,37 @@ def test_hung_health_fails_liveness_and_probes_stay_fast(sc: TestClient, sim_url
     assert "timed out" in sc.get("/livez").json()["reason"]
     assert sc.get("/readyz").status_code == 503
     assert metric(sc, "qwen_npu_engine_consecutive_failures") >= 2
-    t0 = time.perf_counter()
+    # Answered from cache: twenty probes of the sidecar start no engine probe of their own (the
+    # engine probe loop is sequential and each hung probe lasts its whole timeout, so at most a
+    # couple of loop probes can complete meanwhile, never one per call).
+    probes = metric(sc, "qwen_npu_engine_health_probe_seconds_count")
     for _ in range(20):
         assert sc.get("/readyz").status_code == 503
-    assert (time.perf_counter() - t0) / 20 < 0.25  # answered from cache (generous bound)
+    assert metric(sc, "qwen_npu_engine_health_probe_seconds_count") - probes < 20
 
 
 def test_slow_start() -> None:
-    with running_sim(**SIM, startup_delay_s=1.5) as url, sidecar(url) as sc:
-        first = sc.get("/startupz")
-        assert first.status_code == 503 and "starting" in first.json()["reason"]
-        assert sc.get("/readyz").status_code == 503
-        assert sc.get("/livez").status_code == 200  # loading within budget is alive
-        wait_until(lambda: sc.get("/startupz").status_code == 200, what="startup passes")
-        wait_until(lambda: sc.get("/readyz").status_code == 200, what="ready")
-        elapsed = metric(sc, "qwen_npu_engine_startup_elapsed_seconds")
-        assert 1.0 <= elapsed < 6.0
-        time.sleep(0.3)
-        assert metric(sc, "qwen_npu_engine_startup_elapsed_seconds") == elapsed  # frozen
-        assert metric(sc, "qwen_npu_engine_uptime_seconds") > 0
+    with running_sim(**SIM, startup_delay_s=3.0) as url:
+        t0 = time.monotonic()
+        with sidecar(url) as sc:
+            first = sc.get("/startupz")
+            assert first.status_code == 503 and "starting" in first.json()["reason"]
+            assert sc.get("/readyz").status_code == 503
+            assert sc.get("/livez").status_code == 200  # loading within budget is alive
+            wait_until(lambda: sc.get("/startupz").status_code == 200, what="startup passes")
+            wait_until(lambda: sc.get("/readyz").status_code == 200, what="ready")
+            elapsed = metric(sc, "qwen_npu_engine_startup_elapsed_seconds")
+            # Most of the simulated 3 s start (less the sidecar's own start: 2 s of slack for a
+            # loaded machine), at most what this test saw pass from starting the sidecar to ready.
+            assert 1.0 <= elapsed <= time.monotonic() - t0
+            # Frozen once ready: later health probes (a few more of them) leave it unchanged.
+            probes = metric(sc, "qwen_npu_engine_health_probe_seconds_count")
+            wait_until(
+                lambda: metric(sc, "qwen_npu_engine_health_probe_seconds_count") >= probes + 3,
+                what="three more health probes",
+            )
+            assert metric(sc, "qwen_npu_engine_startup_elapsed_seconds") == elapsed  # frozen
+            assert metric(sc, "qwen_npu_engine_uptime_seconds") > 0
 
 
 def test_slow_start_over_budget_fails_startup_and_liveness() -> None:

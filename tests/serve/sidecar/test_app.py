@@ -197,22 +197,30 @@ def test_bad_engine_answers_are_counted_never_fatal(setup, kind: str) -> None:  
             assert c.get(path).status_code in (200, 503), path
 
 
-def test_probes_answer_fast_while_the_engine_hangs() -> None:
+def test_probes_answer_while_an_engine_probe_is_pending() -> None:
+    fake = FakeEngine()
+    with fake_client(fake, health_timeout_s=120.0) as c:
+        wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
+        fake.health_delay_s = 600.0  # the next engine probe hangs (its timeout is 120 s)
+        wait_until(lambda: fake.health_in_flight == 1, what="an engine probe is pending")
+        started = fake.calls["/health_generate"]
+        for _ in range(3):
+            for path in ("/startupz", "/readyz", "/livez", "/metrics", "/status"):
+                assert c.get(path).status_code in (200, 503)
+        # Every answer came while that same engine probe was still pending: the endpoints never
+        # wait for the engine (no wall-clock bound needed).
+        assert fake.health_in_flight == 1
+        assert fake.calls["/health_generate"] == started
+
+
+def test_a_hung_engine_fails_liveness_and_heals() -> None:
     fake = FakeEngine()
     with fake_client(fake, health_timeout_s=2.0) as c:
         wait_until(lambda: c.get("/readyz").status_code == 200, what="ready")
         fake.health_delay_s = 30.0  # hangs far beyond the probe timeout
-        worst = 0.0
-        deadline = time.monotonic() + 10
-        while c.get("/livez").status_code == 200:  # 2 probes x 2 s timeout
-            assert time.monotonic() < deadline, "livez never failed"
-            t0 = time.perf_counter()
-            for path in ("/startupz", "/readyz", "/livez", "/metrics", "/status"):
-                assert c.get(path).status_code in (200, 503)
-            worst = max(worst, time.perf_counter() - t0)
-        # Every round of five answers came back while an engine probe was waiting on its 2 s
-        # timeout: the endpoints never wait for the engine (generous bound for a busy machine).
-        assert worst < 1.0
+        wait_until(lambda: c.get("/livez").status_code == 503, what="livez fails (2 x 2 s)")
+        for path in ("/startupz", "/readyz", "/livez", "/metrics", "/status"):
+            assert c.get(path).status_code in (200, 503)
         assert "timed out" in c.get("/livez").json()["reason"]
         assert c.get("/readyz").status_code == 503
         assert c.get("/startupz").status_code == 200

@@ -25,7 +25,7 @@ OUT := out
 TEST_DEPS :=
 PERF_TARGETS :=
 
-.PHONY: help setup test lint fmt perf clean
+.PHONY: help setup test test-fast lint fmt perf clean
 
 # The parts' targets (they add to TEST_DEPS and PERF_TARGETS, so this comes before the rules that read them).
 include $(sort $(wildcard mk/*.mk))
@@ -53,6 +53,12 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
 
 test: $(STAMP) $(TEST_DEPS) ## run every test (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The edit-test loop: no slow test, none that needs SGLang's wheel or a system tool. `make test`
+# (what CI runs) stays the one that counts.
+FAST_MARKERS := not slow and not sglang and not system
+test-fast: $(STAMP) ## the quick subset for the edit-test loop (no slow, SGLang or system-tool tests)
+	$(BIN)/python -m pytest -m "$(FAST_MARKERS)" -q $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check .

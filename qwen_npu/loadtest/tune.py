@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CompareError(f"TIME_SCALE={args.time_scale}: use a factor in (0, 10]")
         urls = parse_urls(args.urls, settings) if args.urls.strip() else None
         base = bench_config(rest, "http://127.0.0.1:30000")
-        fixed_prompts = "--num-prompts" in rest
+        fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
             from qwen_npu.serve.sim.config import ConfigError, profile_path
 

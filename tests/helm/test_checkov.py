@@ -15,6 +15,8 @@ import yaml
 
 from tools import chart as chart_tool
 
+pytestmark = pytest.mark.system  # needs a tool `make test` installs (docs: make test-fast)
+
 CHECKOV = chart_tool.REPO / ".venv-checkov" / "bin" / "checkov"
 README = chart_tool.CHART_DIR / "README.md"
 

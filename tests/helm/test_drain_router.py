@@ -209,6 +209,7 @@ def test_should_fail_when_router_grace_is_shorter_than_longest_request() -> None
         chart_tool.render(values)
 
 
+@pytest.mark.system
 def test_should_only_use_flags_the_pinned_router_knows_when_rendering_router(
     rendered_scenarios: dict[str, list[dict[str, Any]]],
 ) -> None:

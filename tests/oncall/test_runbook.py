@@ -155,6 +155,7 @@ def promql_snippets(repo: Path) -> list[str]:
     return snippets
 
 
+@pytest.mark.system
 def test_every_promql_expression_parses(repo: Path, tmp_path: Path) -> None:
     """promtool parses each expression (as a recording rule): no typo reaches the pager."""
     snippets = promql_snippets(repo)

@@ -37,6 +37,8 @@ from qwen_npu.testing.processes import free_port
 from .conftest import NAMESPACE, render_chart, rule_spec
 from .npu_fixture import npu_exporter
 
+pytestmark = pytest.mark.system  # needs a tool `make test` installs (docs: make test-fast)
+
 POD = "qwen-npu-0"
 WINDOW = "30s"  # stands in for Grafana's $__rate_interval
 DASHBOARD_VARS = {

@@ -15,6 +15,8 @@ from qwen_npu.serve.observability import alerts
 
 from .conftest import RULE_TESTS
 
+pytestmark = pytest.mark.system  # needs a tool `make test` installs (docs: make test-fast)
+
 TEST_FILES = sorted(RULE_TESTS.glob("*_test.yaml"))
 
 

@@ -30,6 +30,7 @@ def test_healthy_engine_passes_all_three_probes(client: TestClient) -> None:
     assert metric(client, "qwen_npu_engine_health_probe_seconds_count") >= 1
 
 
+@pytest.mark.system
 def test_metrics_page_has_every_catalogue_series_and_passes_promtool(client: TestClient) -> None:
     wait_until(lambda: client.get("/readyz").status_code == 200, what="/readyz 200")
     response = client.get("/metrics")

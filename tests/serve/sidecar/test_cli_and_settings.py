@@ -101,6 +101,7 @@ def test_settings_error_type() -> None:
         load_settings(liveness_failures=0)
 
 
+@pytest.mark.system
 def test_the_real_server_process(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """``qwen-npu sidecar`` as the pod runs it: read-only friendly, JSON logs, clean stop."""
     promtool = shutil.which("promtool")

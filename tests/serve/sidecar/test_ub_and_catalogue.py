@@ -69,6 +69,7 @@ def test_catalogue_is_the_contract_and_well_formed() -> None:
             assert spec.name.endswith("_seconds") and list(spec.buckets) == sorted(spec.buckets)
 
 
+@pytest.mark.system
 def test_collector_exports_every_catalogue_series_and_promtool_accepts_it() -> None:
     registry = CollectorRegistry()
     collector = SidecarMetricsCollector(registry)

@@ -163,6 +163,7 @@ def assert_promtool_accepts(text: str) -> None:
     assert other == [], other
 
 
+@pytest.mark.system
 def test_metrics_malformed_is_rejected_by_promtool(fault_sim: str, client: httpx.Client) -> None:
     assert_promtool_accepts(client.get(fault_sim + "/metrics").text)
     patch(client, fault_sim, metrics_malformed=True)

@@ -71,6 +71,7 @@ def test_list_shape() -> None:
         assert list(spec.buckets) == sorted(spec.buckets)
 
 
+@pytest.mark.system
 def test_sim_exports_every_metric_with_labels_and_values(
     spec_sim: str, client: httpx.Client
 ) -> None:

@@ -203,28 +203,41 @@ def _timestamp(rfc3339: str) -> float:
     return datetime.fromisoformat(m[1] + zone).timestamp() + float(m[2] or 0)
 
 
-def _settled_since(prom: str) -> float | None:
-    """The oldest target's last scrape, once every rule group was evaluated after it (else None)."""
+def _last_scrapes(prom: str) -> list[float] | None:
+    """Every target's last scrape time, once every target is up (else None)."""
     targets = httpx.get(f"{prom}/api/v1/targets", timeout=10.0).json()["data"]["activeTargets"]
-    groups = httpx.get(f"{prom}/api/v1/rules", timeout=10.0).json()["data"]["groups"]
-    if not targets or not groups or any(t["health"] != "up" for t in targets):
+    if not targets or any(t["health"] != "up" for t in targets):
         return None
-    scraped = [_timestamp(t["lastScrape"]) for t in targets]
-    evaluated = [_timestamp(g["lastEvaluation"]) for g in groups]
-    return min(scraped) if min(evaluated) > max(scraped) else None
+    return [_timestamp(t["lastScrape"]) for t in targets]
+
+
+def _last_evaluations(prom: str) -> list[float] | None:
+    """Every rule group's last evaluation time (None before the groups are loaded)."""
+    groups = httpx.get(f"{prom}/api/v1/rules", timeout=10.0).json()["data"]["groups"]
+    return [_timestamp(g["lastEvaluation"]) for g in groups] or None
+
+
+def _scraped_then_evaluated(prom: str, after: float, what: str) -> float:
+    """Wait until every target was scraped after ``after``, then until every rule group was
+    evaluated after the latest of those scrapes; return that scrape time. (Targets and groups run
+    at their own offsets, so "all evaluations after all scrapes" need never hold at one moment:
+    the two waits come one after the other.)"""
+    scraped = processes.wait_until(
+        lambda: (s := _last_scrapes(prom)) is not None and min(s) > after and max(s),
+        what=f"a scrape of every target after {what}",
+    )
+    processes.wait_until(
+        lambda: (e := _last_evaluations(prom)) is not None and min(e) > scraped,
+        what=f"every rule group evaluated after {what}'s scrapes",
+    )
+    return float(scraped)
 
 
 def _wait_for_scrapes_and_evaluations(prom: str, after: float) -> None:
     """Wait (for events, not a fixed time) until every target was scraped twice after ``after``
     and every rule group evaluated after that: the load's last numbers reached the rules."""
-    first = processes.wait_until(
-        lambda: (t := _settled_since(prom)) is not None and t > after and t,
-        what="a scrape of every target, and the rules evaluated, after the load",
-    )
-    processes.wait_until(
-        lambda: (t := _settled_since(prom)) is not None and t > first,
-        what="a second scrape of every target, and the rules evaluated, after the load",
-    )
+    first = _scraped_then_evaluated(prom, after, "the load")
+    _scraped_then_evaluated(prom, first, "the first scrape after the load")
 
 
 @dataclass

@@ -13,22 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tools.versions import read_versions
+
 REPO = Path(__file__).resolve().parent.parent
 STUBS = REPO / "tests" / "stubs"
 
 if str(STUBS) not in sys.path:
     sys.path.append(str(STUBS))
-
-
-def read_versions(path: Path = REPO / "docker" / "versions.env") -> dict[str, str]:
-    """Parse docker/versions.env (KEY=VALUE lines, # comments)."""
-    versions: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            versions[key.strip()] = value.strip()
-    return versions
 
 
 @pytest.fixture(scope="session")

@@ -74,3 +74,19 @@ def test_ruff_is_clean() -> None:
 def test_mypy_is_clean() -> None:
     result = _run(str(Path(sys.executable).parent / "mypy"))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_tests_mirror_the_package_folder_for_folder() -> None:
+    """Each part of qwen_npu/ has its tests under the same path in tests/ (issue 13's layout).
+
+    Folders inside a part that only split its modules (routes/, profiles/) are tested by the part's
+    own test folder.
+    """
+    inner = {"routes", "profiles"}
+    parts = [
+        d.relative_to(PACKAGE)
+        for d in sorted(PACKAGE.rglob("*"))
+        if d.is_dir() and d.name != "__pycache__" and not inner & set(d.relative_to(PACKAGE).parts)
+    ]
+    missing = [str(p) for p in parts if not (REPO / "tests" / p).is_dir()]
+    assert parts and missing == [], f"qwen_npu/<part> without tests/<part>: {missing}"

@@ -51,6 +51,7 @@ from qwen_npu.serve.router import (
     unknown_flags,
 )
 from qwen_npu.testing import processes
+from tools.versions import read_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTER_BIN_ENV = "QWEN_NPU_ROUTER_BIN"
@@ -657,7 +658,8 @@ def write_report(records: list[dict[str, Any]], md: Path) -> None:
         "# Failover: the router in front of simulator replicas under load",
         "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make failover` "
-        f"(tools/failover.py): sglang-router (SGLANG_ROUTER_VERSION), {s.get('replicas')} "
+        f"(tools/failover.py): sglang-router {read_versions().get('SGLANG_ROUTER_VERSION', '?')}, "
+        f"{s.get('replicas')} "
         f"simulator replicas each with its sidecar, `qwen-npu bench`'s runner at CONC "
         f"{s.get('concurrency')} ({s.get('input_len')} in / {s.get('output_len')} out, streaming "
         f"/generate; simulator TTFT {s.get('ttft_ms')} ms, ITL {s.get('itl_ms')} ms). Router "

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from qwen_npu.testing import processes
+from tools.versions import read_versions
 
 REPO = Path(__file__).resolve().parents[2]
 # python:3.11-slim-bookworm, uncompressed, as `docker image ls` reports it (an estimate: the build
@@ -124,14 +125,7 @@ def podman_figures() -> list[str]:
         ).stdout.splitlines()
         if "=" in line
     )
-    versions = {
-        k: v
-        for k, _, v in (
-            line.partition("=")
-            for line in (REPO / "docker" / "versions.env").read_text().splitlines()
-            if line and not line.startswith("#")
-        )
-    }
+    versions = read_versions()
     base = size(
         f"docker.io/library/python:{versions['SIDECAR_PYTHON_VERSION']}-slim-"
         f"{versions['SIDECAR_DEBIAN_RELEASE']}"

@@ -146,7 +146,9 @@ def decisions() -> dict[str, float]:
 
 
 def report(s: dict[str, float], d: dict[str, float]) -> str:
-    ok = lambda flag: "PASS" if flag else "MISS"  # noqa: E731
+    def ok(flag: bool) -> str:
+        return "PASS" if flag else "MISS"
+
     return "\n".join(
         [
             "# perf-patches",

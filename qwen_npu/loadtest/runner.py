@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from qwen_npu.loadtest import locustfile as lf
 from qwen_npu.loadtest.backends import RequestInput, RequestOutput
 from qwen_npu.loadtest.config import ENV_VAR, BenchConfig
 from qwen_npu.loadtest.server_counters import CounterSnapshot, scrape
+from qwen_npu.testing import processes
 
 log = logging.getLogger("qwen_npu.bench")
 # Locust warns about a spawn rate above 100/s; starting all CONC users at once is the point here.
@@ -125,12 +125,6 @@ class Collector:
             self.done_at = time.perf_counter()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_workers(config: BenchConfig, port: int) -> list[subprocess.Popen[bytes]]:
     env = dict(os.environ, **{ENV_VAR: config.to_json(), "QWEN_NPU_BENCH_TARGET": config.target})
     locust_bin = Path(sys.executable).with_name("locust")
@@ -146,7 +140,7 @@ def _start_workers(config: BenchConfig, port: int) -> list[subprocess.Popen[byte
         "--loglevel",
         "WARNING",
     ]
-    return [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for _ in range(config.workers)]
+    return [processes.start(cmd, env=env, inherit_output=True) for _ in range(config.workers)]
 
 
 def run(config: BenchConfig) -> RunResult:
@@ -164,7 +158,7 @@ def run(config: BenchConfig) -> RunResult:
     env.qwen_bench = state  # type: ignore[attr-defined]
     workers: list[subprocess.Popen[bytes]] = []
     if config.workers > 0:
-        port = _free_port()
+        port = processes.free_port()
         runner: Any = env.create_master_runner("127.0.0.1", port)
         assert isinstance(runner, MasterRunner)
         lf.serve_tickets(runner, tickets)
@@ -240,13 +234,9 @@ def _stop(runner: Any, workers: list[subprocess.Popen[bytes]]) -> None:
         log.debug("runner quit failed: %s", exc)
     for w in workers:
         try:
-            w.wait(timeout=10)
+            w.wait(timeout=10)  # they leave on the master's quit
         except subprocess.TimeoutExpired:
-            w.terminate()
-            try:
-                w.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                w.kill()
+            processes.stop(w, grace_s=5)
 
 
 def dumps(result: RunResult) -> str:

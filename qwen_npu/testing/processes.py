@@ -131,15 +131,29 @@ def wait_http(
     )
 
 
+def _leads_group(proc: subprocess.Popen[bytes]) -> bool:
+    """True when ``proc`` was started in a session of its own (``new_session=True``)."""
+    try:
+        return os.getpgid(proc.pid) == proc.pid
+    except ProcessLookupError:
+        return False
+
+
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0, sig: int = signal.SIGTERM) -> int:
-    """Send ``sig`` (SIGTERM), wait ``grace_s``, then SIGKILL; return the exit status."""
+    """Send ``sig`` (SIGTERM), wait ``grace_s``, then SIGKILL; return the exit status.
+
+    A child started with ``new_session=True`` gets the signals as a whole process group (a
+    ``make`` and what it started).
+    """
     if proc.poll() is None:
+        group = _leads_group(proc)
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
+            os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
             proc.wait(timeout=10)
     return int(proc.returncode)
 
@@ -151,13 +165,17 @@ def start(
     env: Mapping[str, str] | None = None,
     replace_env: bool = False,
     cwd: Path | None = None,
+    new_session: bool = False,
+    inherit_output: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` with stdout and stderr in ``log`` (or discarded) and no stdin.
 
-    ``env`` adds to this process's environment, or replaces it with ``replace_env=True``.
+    ``env`` adds to this process's environment, or replaces it with ``replace_env=True``;
+    ``new_session`` starts it in a process group of its own (``stop`` then signals the group);
+    ``inherit_output`` keeps this process's stdout and stderr (no ``log``).
     """
     child_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
-    out: IO[bytes] | int = subprocess.DEVNULL
+    out: IO[bytes] | int | None = None if inherit_output else subprocess.DEVNULL
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         out = log.open("wb")
@@ -165,13 +183,14 @@ def start(
         return subprocess.Popen(
             list(cmd),
             stdout=out,
-            stderr=subprocess.STDOUT,
+            stderr=None if out is None else subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=child_env,
             cwd=cwd,
+            start_new_session=new_session,
         )
     finally:
-        if not isinstance(out, int):
+        if out is not None and not isinstance(out, int):
             out.close()
 
 
@@ -183,6 +202,7 @@ def running(
     env: Mapping[str, str] | None = None,
     replace_env: bool = False,
     cwd: Path | None = None,
+    new_session: bool = False,
     ready_url: str | None = None,
     ready: Callable[[], object] | None = None,
     what: str | None = None,
@@ -195,7 +215,7 @@ def running(
     when the wait fails.
     """
     label = what or os.path.basename(str(cmd[0]))
-    proc = start(cmd, log=log, env=env, replace_env=replace_env, cwd=cwd)
+    proc = start(cmd, log=log, env=env, replace_env=replace_env, cwd=cwd, new_session=new_session)
     try:
         if ready_url is not None:
             wait_http(

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from qwen_npu.testing import processes
 
 from .benchrun import REPO
 
@@ -21,6 +23,14 @@ pytestmark = pytest.mark.slow
 def demo_cmd(out: Path, prompts: int) -> list[str]:
     return [sys.executable, "-m", "qwen_npu.loadtest.demo", "--num-prompts", str(prompts),
             "--out-dir", str(out), "--engine-port", "0", "--sidecar-port", "0"]  # fmt: skip
+
+
+def _arrived(engine: str) -> int:
+    try:
+        with urllib.request.urlopen(engine + "/sim/stats", timeout=2) as r:
+            return int(json.loads(r.read()).get("requests_arrived", 0))
+    except (urllib.error.URLError, OSError):
+        return 0
 
 
 def answers(url: str) -> bool:
@@ -50,29 +60,24 @@ def test_demo_runs_the_bench_and_stops_the_servers(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_what_the_demo_started(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        demo_cmd(tmp_path, 200),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    seen = ""
+    log = tmp_path / "demo.out"
+    proc = processes.start(demo_cmd(tmp_path, 200), log=log, cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.stdout is not None:
-            line = proc.stdout.readline()
-            seen += line
-            if "demo: 3/4" in line:
-                break
-        time.sleep(1.0)
+        engine_line = re.compile(r"on (http://127\.0\.0\.1:\d+); it is NOT a model")
+        found = processes.wait_until(
+            lambda: "demo: 3/4" in log.read_text() and engine_line.search(log.read_text()),
+            what="the demo's bench step", proc=proc, log=log,
+        )  # fmt: skip
+        # Interrupt once the bench's requests reach the simulator (an event, not a pause).
+        processes.wait_until(
+            lambda: _arrived(found.group(1)) > 0, what="bench requests at the simulator",
+            proc=proc, log=log,
+        )  # fmt: skip
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    seen += rest
+        processes.stop(proc)
+    seen = log.read_text()
     assert proc.returncode == 130, seen[-3000:]
     assert "stopped simulator" in seen and "stopped sidecar" in seen
     engine = re.search(r"on (http://127\.0\.0\.1:\d+); it is NOT a model", seen)

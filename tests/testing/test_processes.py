@@ -142,3 +142,23 @@ def test_start_adds_to_or_replaces_the_environment(tmp_path: Path) -> None:
     processes.start(show, log=replaced, env={"A": "2"}, replace_env=True).wait()
     assert added.read_text().split()[0] == "1" and added.read_text().split()[1] != "None"
     assert replaced.read_text().split() == ["2", "None"]
+
+
+def test_stop_ends_a_new_session_child_and_its_children(tmp_path: Path) -> None:
+    """A `make`-like child in its own session: stop signals the whole group, grandchild too."""
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 600 & echo $! > {pidfile}; wait"
+    proc = processes.start(["sh", "-c", script], new_session=True)
+    grandchild = int(processes.wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                                          what="the grandchild's pid"))  # fmt: skip
+    processes.stop(proc, grace_s=10)
+    assert proc.returncode is not None
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{grandchild}/stat") as f:
+                return f.read().split()[2] == "Z"  # reaped later by init; a zombie is gone
+        except FileNotFoundError:
+            return True
+
+    processes.wait_until(gone, what="the grandchild ended with its group")

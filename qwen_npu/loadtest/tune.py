@@ -141,15 +141,9 @@ def acceptance_flags(base: Any, steps: int) -> dict[str, Any]:
     """
     if getattr(base, "accept_length", None) is None or base.accept_distribution is not None:
         return {}
-    n, target = base.speculative_num_steps, float(base.accept_length)
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        p = (lo + hi) / 2
-        if sum(p**i for i in range(n + 1)) < target:
-            lo = p
-        else:
-            hi = p
-    p = (lo + hi) / 2
+    from qwen_npu.serve.sim.pricing import solve_constant_rate
+
+    p = solve_constant_rate(base.speculative_num_steps, float(base.accept_length))
     return {"accept_length": sum(p**i for i in range(steps + 1))}
 
 

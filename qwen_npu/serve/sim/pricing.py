@@ -76,7 +76,7 @@ def prefill_ms(cfg: SimConfig, prompt_tokens: int) -> float:
     return cfg.ttft_ms + cfg.prefill_ms_per_1k_tokens * prompt_tokens / 1000.0
 
 
-def _solve_constant_rate(n: int, target: float) -> float:
+def solve_constant_rate(n: int, target: float) -> float:
     """The per-position acceptance p (no decay) whose chain has mean ``target`` tokens."""
     lo, hi = 0.0, 1.0
     for _ in range(60):
@@ -96,7 +96,7 @@ def position_rates(cfg: SimConfig) -> list[float]:
     """
     n = cfg.speculative_num_steps
     if cfg.accept_length is not None:
-        return [_solve_constant_rate(n, cfg.accept_length)] * n
+        return [solve_constant_rate(n, cfg.accept_length)] * n
     if cfg.accept_rate is not None:
         return [min(1.0, cfg.accept_rate * cfg.accept_decay**i) for i in range(n)]
     return [0.0] * n

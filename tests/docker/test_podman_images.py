@@ -32,6 +32,8 @@ from .containers import (
 )
 from .dockerfile_parse import Dockerfile, expand, key_values, parse
 
+pytestmark = pytest.mark.system  # needs podman and the images `make image-test` builds
+
 # What our sidecar Dockerfile may add on top of its base (issue 18's goal).
 SIDECAR_ADDED_BUDGET_BYTES = 75 * 1000 * 1000
 # `podman stop --time`: SIGTERM, then SIGKILL after this; a SIGKILLed container exits 137.

@@ -24,6 +24,8 @@ from qwen_npu.testing import processes
 
 from .dockerfile_parse import parse
 
+pytestmark = pytest.mark.slow  # rebuilds the sidecar environment from its wheels
+
 # The image must stay under 200 MB; python:3.11-slim-bookworm is about 130 MB of it, so the venv
 # gets what remains with a margin.
 VENV_BUDGET_BYTES = 60 * 1024 * 1024

@@ -256,6 +256,7 @@ def test_should_pass_parsers_to_sglang_when_set(
     assert "--reasoning-parser" not in plain and "--tool-call-parser" not in plain
 
 
+@pytest.mark.sglang
 def test_should_offer_only_names_sglang_accepts_when_reading_parser_enums(repo: Any) -> None:
     """The values schema's parser names are SGLang 0.5.23's (its dependency-free name lists)."""
     import json

@@ -137,6 +137,7 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_an_unreachable_side_is_one_line_and_nothing_runs(tmp_path: Path) -> None:
     with running_sim(profile="fast-test") as up:
         out = tmp_path / "c.jsonl"
@@ -147,6 +148,7 @@ def test_an_unreachable_side_is_one_line_and_nothing_runs(tmp_path: Path) -> Non
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_different_models_are_one_line_and_nothing_runs(tmp_path: Path) -> None:
     with (
         running_sim(profile="fast-test", served_model_name="model-a") as a,
@@ -163,6 +165,7 @@ def test_different_models_are_one_line_and_nothing_runs(tmp_path: Path) -> None:
     assert tok.returncode == 2 and "both 'A'" in _one_line(tok.stderr)
 
 
+@pytest.mark.slow
 def test_different_tokenizers_are_one_line(tmp_path: Path) -> None:
     with (
         running_sim(profile="fast-test", model_path="org/x", served_model_name="same") as a,
@@ -175,6 +178,7 @@ def test_different_tokenizers_are_one_line(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_bad_tune_input_is_one_line() -> None:
     proc = _tune("--settings", "off")
     assert proc.returncode == 2

@@ -26,6 +26,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+@pytest.mark.sglang
 def test_verify_strict_passes_on_the_pinned_sglang(
     targets: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -152,6 +152,7 @@ def _child_report() -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_a_spawned_child_gets_the_patches_through_the_pth(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

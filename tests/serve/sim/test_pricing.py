@@ -131,6 +131,7 @@ SCALE = 0.5  # every simulated duration x 0.5: the same shape, twice as fast
     "profile,conc,num",
     [(MTP_PROFILE, 1, 3), (MTP_PROFILE, 4, 12), (NOMTP_PROFILE, 4, 12)],
 )
+@pytest.mark.slow
 def test_the_running_simulator_measures_the_paper_figures(
     profile: str, conc: int, num: int
 ) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 # verb -> (module, one-line help). Each module exposes ``main(argv: list[str]) -> int``.
 VERBS: dict[str, tuple[str, str]] = {
     "preflight": ("qwen_npu.preflight.cli", "check a checkpoint before a long model load"),
-    "ub-plan": ("qwen_npu.checkpoint.ub_plan", "plan the mamba scatter's h_block_size for the UB"),
+    "ub-plan": ("qwen_npu.hardware.ub_plan", "plan the mamba scatter's h_block_size for the UB"),
     "patches": ("qwen_npu.patches.cli", "list, verify and explain the runtime patches"),
     "sim": ("qwen_npu.serve.sim.cli", "run the SGLang-protocol simulator (tests and demos)"),
     "sidecar": ("qwen_npu.serve.sidecar.cli", "run the health and metrics sidecar"),

@@ -33,7 +33,7 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
-from qwen_npu.checkpoint import ub_plan
+from qwen_npu.hardware import ub_plan
 from qwen_npu.patches import core, kernel_tiling
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.log import log

@@ -3,7 +3,7 @@
 Why this exists: SGLang shards the GDN value and key heads, the attention heads, the KV heads and
 the MLP widths across ``--tp-size`` and asserts divisibility while building the model, minutes into
 a start. The UB plan depends on the value heads per rank (H = value heads / TP), so it is computed
-per TP with ``qwen_npu.checkpoint.ub_plan`` (the same rule as the runtime patch).
+per TP with ``qwen_npu.hardware.ub_plan`` (the same rule as the runtime patch).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from qwen_npu.checkpoint import ub_plan
+from qwen_npu.hardware import ub_plan
 from qwen_npu.checkpoint.model_config import ModelConfig
 
 #: TP sizes reported when none is given (a 910B node has 8 or 16 NPUs).

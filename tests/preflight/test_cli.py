@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.checkpoint.test_ub_plan import UB_PLAN_KEYS
+from tests.hardware.test_ub_plan import UB_PLAN_KEYS
 from tests.preflight.conftest import RunCli
 
 TOP_KEYS = {

@@ -2,7 +2,7 @@
 
 Why this exists: the ``mamba-scatter-ub-aware`` patch writes the plan it really used (computed from
 the live cache shape and dtype) to the state file; the sidecar computes the plan the checkpoint's
-config.json and the TP size predict, with the same rule (``qwen_npu.checkpoint.ub_plan.plan``). When
+config.json and the TP size predict, with the same rule (``qwen_npu.hardware.ub_plan.plan``). When
 the two disagree (another TP size, an SSM dtype override, a kernel that changed shape) the
 mismatch is a metric and an alert instead of a surprise.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.checkpoint.model_config import ModelConfigError, read_model_config
-from qwen_npu.checkpoint.ub_plan import UbPlanError, plan
+from qwen_npu.hardware.ub_plan import UbPlanError, plan
 from qwen_npu.serve.catalogue import UbStats
 
 _NUMBERS = ("ub_bytes", "h_block_size", "tile_bytes", "buffered_bytes", "headroom_bytes")

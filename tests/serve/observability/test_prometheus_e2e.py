@@ -27,7 +27,7 @@ import httpx
 import pytest
 import yaml
 
-from qwen_npu.checkpoint.ub_plan import plan
+from qwen_npu.hardware.ub_plan import plan
 from qwen_npu.serve.observability import alerts, generate
 from qwen_npu.serve.observability.promql import metric_names
 from qwen_npu.serve.sim.testing import running_sim

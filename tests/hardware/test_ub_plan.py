@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from qwen_npu.checkpoint import ub_plan
-from qwen_npu.checkpoint.ub_plan import UbPlanError, next_pow2, plan
+from qwen_npu.hardware import ub_plan
+from qwen_npu.hardware.ub_plan import UbPlanError, next_pow2, plan
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 
 SLEEPER = [sys.executable, "-c", "import time; print('sleeping', flush=True); time.sleep(600)"]
 IGNORES_TERM = [

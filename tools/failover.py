@@ -1,10 +1,10 @@
 """``make failover``: the real router in front of simulator replicas, under load, through failures.
 
 Why this exists: on-call's worst night is a rollout or a crashed replica dropping users' requests.
-This harness proves what the router (sglang-router, pinned in docker/versions.env, its flags from
-qwen_npu/serve/router.py, the same function the chart's command is checked against) does with
-``qwen-npu sim`` replicas, each with its ``qwen-npu sidecar``, while ``qwen-npu bench``'s runner
-sends CONC closed-loop streaming requests through it. Scenarios:
+This harness proves what the router (sglang-router, pinned in docker/versions.env, with the
+command line the chart renders for it: ``router_args``) does with ``qwen-npu sim`` replicas, each
+with its ``qwen-npu sidecar``, while ``qwen-npu bench``'s runner sends CONC closed-loop streaming
+requests through it. Scenarios:
 
 - ``rolling``: every replica replaced through the chart's drain sequence: a new replica starts and
   the router admits it only once its /health says 200; the old one leaves the router first (what
@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,15 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.serve.router import (
-    CircuitBreaker,
-    HealthCheck,
-    Retry,
-    RouterOptions,
-    router_args,
-    unknown_flags,
-)
-from qwen_npu.testing import processes
+from qwen_npu import processes
+from tools import chart
 from tools.versions import read_versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,16 +77,9 @@ class Settings:
     policy: str = "cache_aware"
     num_prompts: int = 5000  # an upper bound: the load is stopped after the tail
 
-    def health(self) -> HealthCheck:
-        return HealthCheck(
-            interval_secs=self.health_interval_s,
-            failure_threshold=self.failure_threshold,
-            success_threshold=1,
-            timeout_secs=self.health_timeout_s,
-        )
-
     def eject_bound_s(self) -> float:
-        return self.health().eject_bound_s()
+        """Longest time from a dead worker to the router leaving it out: interval x misses."""
+        return float(self.health_interval_s * self.failure_threshold)
 
     def hang_bound_s(self) -> float:
         """A hung worker's checks fail only at their timeout: misses x (interval + timeout)."""
@@ -112,6 +99,84 @@ def router_bin() -> Path:
     return path
 
 
+def router_values(s: Settings, port: int, metrics_port: int) -> dict[str, Any]:
+    """The chart values of this harness's router: its timings, ports and the simulated engines'
+    drain limits (the chart checks the router's grace against the longest request)."""
+    return {
+        "replicas": s.replicas,
+        "service": {"port": port},
+        "engine": {
+            "drain": {
+                "maxOutputTokens": s.output_len,
+                "worstTtftSeconds": 1,
+                "worstTpotSeconds": 0.05,
+            }
+        },
+        "router": {
+            "enabled": True,
+            "policy": s.policy,
+            "metricsPort": metrics_port,
+            "requestTimeoutSecs": 120,
+            "shutdownGracePeriodSecs": 5,
+            "healthCheck": {
+                "intervalSecs": s.health_interval_s,
+                "failureThreshold": s.failure_threshold,
+                "successThreshold": 1,
+                "timeoutSecs": s.health_timeout_s,
+            },
+            "retry": {"maxRetries": 3, "initialBackoffMs": 20, "maxBackoffMs": 500},
+            "circuitBreaker": {"failureThreshold": 3, "timeoutDurationSecs": 30},
+            # Harness only: the router polls a new worker's /health every second, not every 30.
+            "extraArgs": ["--log-level", "warn", "--worker-startup-check-interval", "1"],
+        },
+    }
+
+
+def rendered_router_args(values: dict[str, Any]) -> list[str]:
+    """The router container's args as the chart renders them for ``values``."""
+    docs = chart.render_docs(values)
+    (deployment,) = chart.find(docs, "Deployment", f"{chart.RELEASE}-router")
+    return [str(a) for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]]
+
+
+def local_router_args(args: list[str], workers: list[str], host: str = "127.0.0.1") -> list[str]:
+    """The chart's router args for one machine: ``--worker-urls`` where the chart's Kubernetes
+    service discovery flags stand, and the router and its metrics listening on ``host``."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--service-discovery":
+            out += ["--worker-urls", *workers]
+        elif arg == "--selector":  # its label=value pairs up to the next flag
+            while i < len(args) and not args[i].startswith("--"):
+                i += 1
+        elif arg in ("--service-discovery-port", "--service-discovery-namespace"):
+            i += 1
+        elif arg in ("--host", "--prometheus-host"):
+            out += [arg, host]
+            i += 1
+        else:
+            out.append(arg)
+    return out
+
+
+def router_args(s: Settings, port: int, metrics_port: int, workers: list[str]) -> list[str]:
+    """What the harness runs after ``smg launch``: the chart's render, made local."""
+    return local_router_args(rendered_router_args(router_values(s, port, metrics_port)), workers)
+
+
+def unknown_flags(args: list[str], help_text: str) -> list[str]:
+    """The ``--flags`` of ``args`` that ``smg launch --help`` (``help_text``) does not list.
+
+    A router flag the pinned router rejects would only show when the router starts; checking
+    the flags against its help first turns that into one line before any traffic moves.
+    """
+    known = set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", help_text))
+    return [a for a in args if a.startswith("--") and a.split("=", 1)[0] not in known]
+
+
 def check_flags(args: list[str]) -> None:
     """Every flag of ``args`` is one the installed router lists in ``smg launch --help``."""
     done = subprocess.run(
@@ -121,8 +186,8 @@ def check_flags(args: list[str]) -> None:
     if done.returncode != 0 or bad:
         raise FailoverError(
             f"the installed router rejects {' '.join(bad) or 'launch --help'} "
-            "(smg launch --help lists it not); fix qwen_npu/serve/router.py or "
-            "SGLANG_ROUTER_VERSION in docker/versions.env"
+            "(smg launch --help lists it not); fix the chart's qwen-npu.routerArgs "
+            "(helm/qwen-npu/templates/_helpers.tpl) or SGLANG_ROUTER_VERSION in docker/versions.env"
         )
 
 
@@ -225,28 +290,10 @@ class Cluster:
         processes.wait_http(rep.url + "/health", what=f"replica {rep.name} /health 200",
                             proc=rep.proc, log=rep.log)  # fmt: skip
 
-    def router_options(self, workers: list[str]) -> RouterOptions:
-        s = self.s
-        return RouterOptions(
-            host="127.0.0.1",
-            port=self.router_port,
-            policy=s.policy,
-            worker_urls=workers,
-            health=s.health(),
-            retry=Retry(max_retries=3, initial_backoff_ms=20, max_backoff_ms=500),
-            circuit_breaker=CircuitBreaker(failure_threshold=3, timeout_duration_secs=30),
-            prometheus_host="127.0.0.1",
-            prometheus_port=self.metrics_port,
-            request_timeout_secs=120,
-            shutdown_grace_period_secs=5,
-            log_level="warn",
-            # Harness only: the router polls a new worker's /health every second, not every 30.
-            extra_args=("--worker-startup-check-interval", "1"),
-        )
-
     def start_router(self) -> None:
         self.router_port, self.metrics_port = processes.free_port(), processes.free_port()
-        args = router_args(self.router_options([r.url for r in self.replicas]))
+        workers = [r.url for r in self.replicas]
+        args = router_args(self.s, self.router_port, self.metrics_port, workers)
         check_flags(args)
         cmd = [str(router_bin()), "launch", *args]
         log = self.workdir / "router.log"

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 
 PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
 SIDECAR_LINES = (

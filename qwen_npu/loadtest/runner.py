@@ -26,11 +26,11 @@ from locust.runners import MasterRunner
 
 import requests  # isort: skip  (after locust: gevent's monkey-patching comes first)
 
+from qwen_npu import processes
 from qwen_npu.loadtest import locustfile as lf
 from qwen_npu.loadtest.backends import RequestInput, RequestOutput
 from qwen_npu.loadtest.config import ENV_VAR, BenchConfig
 from qwen_npu.loadtest.server_counters import CounterSnapshot, scrape
-from qwen_npu.testing import processes
 
 log = logging.getLogger("qwen_npu.bench")
 # Locust warns about a spawn rate above 100/s; starting all CONC users at once is the point here.

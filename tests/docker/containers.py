@@ -29,7 +29,7 @@ def podman_env() -> dict[str, str]:
 def podman(
     *args: str, timeout: float = 300, check: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """One podman command (long-lived processes go through qwen_npu.testing.processes)."""
+    """One podman command (long-lived processes go through qwen_npu.processes)."""
     exe = shutil.which("podman")
     if exe is None:
         pytest.fail("podman is missing: run `make image-test` (it installs podman with apt-get)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python3: records what it was started with, then behaves as FAKE_MODE says.

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from qwen_npu import processes
 from qwen_npu.patches.registry import PATCHES
 from qwen_npu.serve.sim.testing import running_sim_process
-from qwen_npu.testing import processes
 
 from .containers import (
     CONTAINERS_CONF,

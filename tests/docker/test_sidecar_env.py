@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 
 from .dockerfile_parse import parse
 

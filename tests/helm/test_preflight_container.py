@@ -271,7 +271,7 @@ def test_should_keep_unrelated_extra_flags_when_rendering() -> None:
 def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A mount path holding a synthetic Qwen3.6-35B-A3B-shaped checkpoint (fp32 SSM state, FLOAT
     MTP, real safetensors headers over sparse shards)."""
-    from qwen_npu.testing.checkpoints import write_checkpoint
+    from tests.support.checkpoints import write_checkpoint
 
     root = tmp_path_factory.mktemp("models")
     write_checkpoint(root / CHECKPOINT, "35B-A3B", shard_headers=True)

@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from qwen_npu import processes
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing import processes
 
 from .benchrun import REPO, bench
 

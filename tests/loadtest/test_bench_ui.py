@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from qwen_npu import processes
 from qwen_npu.serve.sim.testing import free_port, running_sim
-from qwen_npu.testing import processes
 
 from .benchrun import REPO
 

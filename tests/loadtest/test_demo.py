@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 
 from .benchrun import REPO
 

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from qwen_npu import processes
+from qwen_npu.processes import free_port
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing import processes
-from qwen_npu.testing.processes import free_port
 
 from .stand_ins import install, make
 

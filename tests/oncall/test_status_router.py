@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.testing.processes import free_port
+from qwen_npu.processes import free_port
 
 from .stand_ins import calls, install, make
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from qwen_npu.preflight.cli import main
-from qwen_npu.testing.checkpoints import write_checkpoint
+from tests.support.checkpoints import write_checkpoint
 
 CLEAN_ENV = {"QWEN_NPU_DISABLE_PATCHES": "", "SGLANG_MAMBA_SSM_DTYPE": ""}
 

@@ -11,7 +11,7 @@ from qwen_npu.checkpoint.model_config import parse_model_config
 from qwen_npu.preflight import Options, run_preflight
 from qwen_npu.preflight.memory import GIB, shape_bytes
 from qwen_npu.preflight.quant import summarize
-from qwen_npu.testing.checkpoints import (
+from tests.support.checkpoints import (
     Schemes,
     make_config,
     make_description,

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from qwen_npu.preflight import Options, run_preflight
-from qwen_npu.testing.checkpoints import (
+from tests.preflight.conftest import RunCli
+from tests.support.checkpoints import (
     make_config,
     make_description,
     tensor_sizes,
     write_checkpoint,
 )
-from tests.preflight.conftest import RunCli
 
 SHARD = "model-00002-of-00008.safetensors"
 

@@ -7,7 +7,7 @@ projections), so a 397B-sized description holds about 290k keys. Shapes follow t
 Qwen3.5 modules, so the index's ``total_size`` is what the real checkpoint would weigh.
 
 Tests and `make perf-preflight` reuse it:
-``from qwen_npu.testing.checkpoints import write_checkpoint``.
+``from tests.support.checkpoints import write_checkpoint``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qwen_npu.testing.checkpoints import SIZES, make_config, make_description, make_index
+from tests.support.checkpoints import SIZES, make_config, make_description, make_index
 
 
 def test_descriptions_hold_thousands_of_keys_named_like_modelslim() -> None:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 from tools.versions import read_versions
 
 REPO = Path(__file__).resolve().parents[2]

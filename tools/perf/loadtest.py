@@ -27,11 +27,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from qwen_npu import processes
 from qwen_npu.loadtest.compare_stats import Spread, beats
 from qwen_npu.loadtest.truth_server import summarize as truth_summary
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing import processes
-from qwen_npu.testing.tokenizer import build_tokenizer
+from tests.support.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 TTFT, ITL, IN_LEN, OUT_LEN = 50.0, 10.0, 256, 100

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from qwen_npu.preflight import Options, run_preflight
-from qwen_npu.testing.checkpoints import write_checkpoint
+from tests.support.checkpoints import write_checkpoint
 
 RUNS = int(os.environ.get("PERF_PREFLIGHT_RUNS", "5"))
 GOAL_S = 1.0

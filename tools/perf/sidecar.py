@@ -32,9 +32,9 @@ from typing import Any
 
 import httpx
 
+from qwen_npu import processes
+from qwen_npu.processes import free_port
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing import processes
-from qwen_npu.testing.processes import free_port
 
 GOAL_P99_MS = 5.0
 GOAL_RSS_MB = 80.0

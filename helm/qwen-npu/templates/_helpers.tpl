@@ -66,6 +66,29 @@ qwen-npu.io/role: leader
 app.kubernetes.io/component: router
 {{- end }}
 
+{{- /*
+The startup budget is one value, engine.startupBudgetSeconds (docs/chart.md "Probes"). The alert
+threshold monitoring.prometheusRule.thresholds.startupBudgetSeconds is a deprecated alias: 0 (the
+default) follows the budget; a non-zero value still sets the QwenNpuStartupSlow threshold alone,
+and NOTES.txt warns. prometheusrule.yaml and configmap-dashboards.yaml fill the
+${thresholds.startupBudgetSeconds} placeholder from "qwen-npu.startupAlertSeconds".
+*/}}
+{{- define "qwen-npu.startupAlertSeconds" -}}
+{{- $old := int (default 0 .Values.monitoring.prometheusRule.thresholds.startupBudgetSeconds) -}}
+{{- if gt $old 0 -}}
+{{- $old -}}
+{{- else -}}
+{{- int .Values.engine.startupBudgetSeconds -}}
+{{- end -}}
+{{- end }}
+
+{{- define "qwen-npu.startupAliasWarning" -}}
+{{- $old := int (default 0 .Values.monitoring.prometheusRule.thresholds.startupBudgetSeconds) -}}
+{{- if gt $old 0 -}}
+WARNING: monitoring.prometheusRule.thresholds.startupBudgetSeconds is deprecated. QwenNpuStartupSlow fires after {{ $old }} s while the kubelet and the sidecar allow engine.startupBudgetSeconds = {{ int .Values.engine.startupBudgetSeconds }} s. Set engine.startupBudgetSeconds (the one startup budget) and remove the old key.
+{{- end -}}
+{{- end }}
+
 {{/* The engine pods' ServiceAccount. */}}
 {{- define "qwen-npu.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
@@ -458,10 +481,10 @@ sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then
 
 {{/*
 The router's arguments (after `python3 -m sglang_router.launch_router`, the pinned sglang-router;
-`smg launch` takes the same): one flag or value per line, in the order of
-qwen_npu/serve/router.py's router_args, which builds the same command for `make failover` from the
-same values (RouterOptions.from_values; tests/helm/test_drain_router.py compares the two, and
-checks every flag against the pinned router's `--help`).
+`smg launch` takes the same): one flag or value per line. The one builder of the router's command
+line: `make failover` (tools/failover.py) renders it and only swaps the service discovery flags for
+its local workers' URLs; tests/helm/test_drain_router.py checks every flag against the pinned
+router's `--help`.
 */}}
 {{- define "qwen-npu.routerArgs" -}}
 {{- $r := .Values.router }}

@@ -88,7 +88,7 @@ class Config:
     # runbook_url = pattern with {base} and {anchor} (the lowercased alert name).
     runbook_url_pattern: str = "{base}#{anchor}"
     runbook_base: str = RUNBOOK_BASE_PLACEHOLDER
-    # Dashboard conventions applied in one pass (defaults.py).
+    # Dashboard conventions applied in one pass (dashboard_finish.py).
     dashboard_tags: tuple[str, ...] = ("qwen-npu",)
     dashboard_refresh: str = "30s"
     dashboard_timezone: str = "utc"

@@ -18,7 +18,12 @@ from typing import Any
 import yaml
 
 from qwen_npu.serve import catalogue, sglang_metrics
-from qwen_npu.serve.observability import alerts, dashboard_engine, dashboard_serving, defaults
+from qwen_npu.serve.observability import (
+    alerts,
+    dashboard_engine,
+    dashboard_finish,
+    dashboard_serving,
+)
 from qwen_npu.serve.observability.config import DEFAULT, Config
 from qwen_npu.serve.observability.npu_exporter import NPU_EXPORTER_METRICS
 from qwen_npu.serve.observability.promql import metric_names
@@ -56,7 +61,7 @@ def known_series() -> dict[str, str]:
 
 def dashboard_models(cfg: Config = DEFAULT) -> dict[str, dict[str, Any]]:
     """File name -> finished dashboard JSON model."""
-    return {m.FILENAME: defaults.finish(m.build(cfg), m.FILENAME, cfg) for m in DASHBOARDS}
+    return {m.FILENAME: dashboard_finish.finish(m.build(cfg), m.FILENAME, cfg) for m in DASHBOARDS}
 
 
 def dashboard_queries(model: dict[str, Any]) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ Other parts' tests (sidecar, load test, observability) build on this: it picks a
 127.0.0.1, starts ``python -m qwen_npu sim`` with the given config as flags, waits until the port
 answers, yields the base URL and always stops the process. Keyword names are the config fields in
 snake_case (``ttft_ms=5``); values are typed as in YAML. Starting, waiting and stopping are
-``qwen_npu.testing.processes``'s; this module only turns a config into a command line.
+``qwen_npu.processes``'s; this module only turns a config into a command line.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from qwen_npu import processes
+from qwen_npu.processes import free_port
 from qwen_npu.serve.sim.config import FIELDS
-from qwen_npu.testing import processes
-from qwen_npu.testing.processes import free_port
 
 
 def _flag_args(config: dict[str, Any]) -> list[str]:

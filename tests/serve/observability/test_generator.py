@@ -131,7 +131,7 @@ def test_thresholds_reach_the_rules_only_as_placeholders() -> None:
 def test_generator_defaults_equal_the_chart_values() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart_thresholds = dict(values["monitoring"]["prometheusRule"]["thresholds"])
-    # 0 (the default) follows the chart's one startup budget (templates/_probes.tpl).
+    # 0 (the default) follows the chart's one startup budget ("qwen-npu.startupAlertSeconds").
     if chart_thresholds.get("startupBudgetSeconds") == 0:
         chart_thresholds["startupBudgetSeconds"] = values["engine"]["startupBudgetSeconds"]
     ours = {k: t.default for k, t in config.THRESHOLDS.items()}

@@ -27,12 +27,12 @@ import httpx
 import pytest
 import yaml
 
+from qwen_npu import processes
 from qwen_npu.hardware.ub_plan import plan
+from qwen_npu.processes import free_port
 from qwen_npu.serve.observability import alerts, generate
 from qwen_npu.serve.observability.promql import metric_names
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing import processes
-from qwen_npu.testing.processes import free_port
 
 from .conftest import NAMESPACE, render_chart, rule_spec
 from .npu_fixture import npu_exporter

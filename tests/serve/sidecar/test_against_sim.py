@@ -16,8 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from qwen_npu.processes import wait_until
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing.processes import wait_until
 from tests.serve.sidecar.conftest import fast_settings, metric
 
 SIM: dict[str, Any] = {

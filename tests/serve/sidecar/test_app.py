@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from qwen_npu.processes import wait_until
 from qwen_npu.serve.catalogue import CATALOGUE, PATCH_NAMES
-from qwen_npu.testing.processes import wait_until
 from tests.serve.sidecar.conftest import FakeEngine, fake_client, metric
 from tests.serve.sidecar.test_ub_and_catalogue import write_config
 

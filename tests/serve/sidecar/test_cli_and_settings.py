@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from qwen_npu import processes
+from qwen_npu.processes import free_port
 from qwen_npu.serve.sidecar import cli
 from qwen_npu.serve.sidecar.config import SettingsError, get_settings, load_settings
 from qwen_npu.serve.sim.testing import running_sim
-from qwen_npu.testing import processes
-from qwen_npu.testing.processes import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from qwen_npu.testing import processes
+from qwen_npu import processes
 
 FAST_CHECK = {"QWEN_NPU_DRAIN_CHECK_S": "0.02"}
 

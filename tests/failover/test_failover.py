@@ -6,6 +6,7 @@ times: the time figures are `make failover`'s (out/perf/failover.md).
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,7 +16,6 @@ from typing import Any
 import pytest
 
 from qwen_npu.serve.observability.router_metrics import ROUTER_METRICS
-from qwen_npu.serve.router import RouterOptions, router_args, unknown_flags
 from tools import failover
 
 pytestmark = pytest.mark.slow
@@ -58,12 +58,30 @@ def test_every_flag_we_pass_is_one_the_pinned_router_accepts(router_bin: Path) -
     help_text = subprocess.run(
         [str(router_bin), "launch", "--help"], capture_output=True, text=True, timeout=60
     ).stdout
-    both = RouterOptions(
-        worker_urls=["http://a:1"], selector={"app": "x"}, service_discovery_namespace="ns",
-        api_key="$(KEY)", log_level="warn",
-    )  # fmt: skip
-    assert unknown_flags(router_args(both), help_text) == []
-    assert unknown_flags(["--no-such-flag", "1"], help_text) == ["--no-such-flag"]
+    args = failover.router_args(FAST, 30000, 29000, ["http://127.0.0.1:1"])
+    assert failover.unknown_flags(args, help_text) == []
+    assert failover.unknown_flags(["--no-such-flag", "1"], help_text) == ["--no-such-flag"]
+
+
+def test_the_harness_runs_the_charts_router_command_with_fixed_workers() -> None:
+    """The chart renders the router's flags; the harness only swaps service discovery for worker
+    URLs and listens on 127.0.0.1."""
+    values = failover.router_values(FAST, 30001, 29001)
+    rendered = failover.rendered_router_args(values)
+    workers = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    local = failover.local_router_args(rendered, workers)
+    expected = list(rendered)
+    for flag in ("--host", "--prometheus-host"):
+        expected[expected.index(flag) + 1] = "127.0.0.1"
+    i = expected.index("--service-discovery")
+    j = expected.index("--service-discovery-namespace") + 2
+    assert local == [*expected[:i], "--worker-urls", *workers, *expected[j:]]
+    assert not any(a.startswith("--service-discovery") or a == "--selector" for a in local)
+    # The harness's timings reach the command through the chart's values.
+    pairs = {a: b for a, b in itertools.pairwise(local) if a.startswith("--")}
+    assert pairs["--health-check-interval-secs"] == str(FAST.health_interval_s)
+    assert pairs["--health-failure-threshold"] == str(FAST.failure_threshold)
+    assert pairs["--port"] == "30001" and pairs["--prometheus-port"] == "29001"
 
 
 def test_rolling_replacement_drops_nothing(router_bin: Path, workdir: Path) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -71,12 +74,84 @@ def test_should_keep_selectors_and_immutable_fields_when_rolling_back(pair: str)
     assert before != after
 
 
-def test_should_roll_engine_pods_when_image_tag_changes() -> None:
-    before_values, after_values = PAIRS["image-tag"]
-    before = chart_tool.engine_workload(chart_tool.render_docs(before_values))
-    after = chart_tool.engine_workload(chart_tool.render_docs(after_values))
-    assert before["spec"]["template"] != after["spec"]["template"]
-    assert before["spec"]["selector"] == after["spec"]["selector"]
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """The paths at which two parsed documents differ (lists compared item by item)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            d
+            for k in sorted(a.keys() | b.keys())
+            for d in _differences(a.get(k), b.get(k), f"{path}.{k}")
+        ]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [path]  # fmt: skip
+
+
+def _container_names(template: dict[str, Any], path: str) -> str:
+    """`.spec.containers[0].image` -> `engine.image` (the name says which container it is)."""
+    kind, index, field = re.fullmatch(r"\.spec\.(\w+)\[(\d+)\]\.(.*)", path).groups()  # type: ignore[union-attr]
+    return f"{template['spec'][kind][int(index)]['name']}.{field}"
+
+
+def test_should_roll_engine_pods_only_through_their_images_when_image_tag_changes() -> None:
+    """A new engine tag reaches the pods as the images that run it, and nothing else changes."""
+    for pair in ("image-tag", "lws-image-tag"):
+        before_values, after_values = PAIRS[pair]
+        before = chart_tool.engine_workload(chart_tool.render_docs(before_values))
+        after = chart_tool.engine_workload(chart_tool.render_docs(after_values))
+        for (role, old), (_, new) in zip(
+            chart_tool.pod_templates(before), chart_tool.pod_templates(after), strict=True
+        ):
+            changed = [_container_names(new, p) for p in _differences(old, new)]
+            # The engine and its preflight run the engine image; the sidecar has its own.
+            assert sorted(changed) == ["engine.image", "preflight.image"], (pair, role, changed)
+            assert chart_tool.container(new, "engine")["image"].endswith(":0.1.1")  # type: ignore[index]
+
+
+def _chart_released_as(tmp: Path, version: str, app_version: str) -> helm.Chart:
+    """The chart as a later release would ship it: the same templates and values, new versions."""
+    copy = tmp / f"qwen-npu-{version}"
+    shutil.copytree(chart_tool.CHART_DIR, copy)
+    meta = yaml.safe_load((copy / "Chart.yaml").read_text())
+    meta.update(version=version, appVersion=app_version)
+    (copy / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    return helm.Chart.load(copy)
+
+
+@pytest.mark.parametrize("scenario", ["deployment", "lws-router"])
+def test_should_keep_pod_templates_when_only_the_chart_version_changes(
+    scenario: str, tmp_path: Path
+) -> None:
+    """Issue 24.6: a chart release that only touches, say, a dashboard must not roll the engines
+    (each restart reloads the model). Pod templates carry no chart or app version; the workloads'
+    own metadata still does, so `kubectl get -L helm.sh/chart` keeps working."""
+    values = UPSTREAM if scenario == "deployment" else chart_tool.values_from(
+        P / "qwen3.5-397b-a17b-w8a8.yaml", chart_tool.CI_DIR / "router-values.yaml"
+    )  # fmt: skip
+    current = chart_tool.chart().metadata
+    later = _chart_released_as(tmp_path, "0.9.0", "0.9.0")
+    assert (current["version"], current["appVersion"]) != ("0.9.0", "0.9.0")
+    opts = {"name": chart_tool.RELEASE, "namespace": chart_tool.NAMESPACE}
+    before = _index(chart_tool.render_docs(values))
+    after = _index(chart_tool.documents(later.render(values, **opts)))
+    workloads = [k for k in before if k[0] in ("Deployment", "LeaderWorkerSet")]
+    assert {k[0] for k in workloads} == (
+        {"Deployment"} if scenario == "deployment" else {"Deployment", "LeaderWorkerSet"}
+    )
+    for key in workloads:
+        templates = list(chart_tool.pod_templates(before[key]))
+        assert templates == list(chart_tool.pod_templates(after[key])), key
+        for _, template in templates:
+            assert not {"helm.sh/chart", "app.kubernetes.io/version"} & set(
+                template["metadata"]["labels"]
+            ), key
+        labels = after[key]["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == "qwen-npu-0.9.0", key
+        assert labels["app.kubernetes.io/version"] == "0.9.0", key
 
 
 BOTH_ZERO = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}}

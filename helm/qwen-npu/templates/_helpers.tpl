@@ -31,13 +31,24 @@ contains the chart name. Truncated to 63 characters (some fields are DNS labels)
 {{- end }}
 
 {{/*
-Labels every resource carries. The selector labels are a subset that never changes between
-revisions (no version, no image tag, no model): rollbacks never meet an immutable selector.
+Labels every resource's own metadata carries: the pod-template labels plus the chart and app
+versions. The selector labels are a subset that never changes between revisions (no version, no
+image tag, no model): rollbacks never meet an immutable selector.
 */}}
 {{- define "qwen-npu.labels" -}}
 helm.sh/chart: {{ include "qwen-npu.chart" . }}
-{{ include "qwen-npu.selectorLabels" . }}
+{{ include "qwen-npu.podTemplateLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/*
+Labels of a pod template (add component, role and podLabels there). No chart or app version: a
+change to a pod template's labels restarts its pods, and an engine restart reloads the model (up to
+engine.startupBudgetSeconds), so a chart bump that only touches a dashboard must not roll them.
+What should restart the pods (an image, an argument, a value) changes the template by itself.
+*/}}
+{{- define "qwen-npu.podTemplateLabels" -}}
+{{ include "qwen-npu.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: qwen-npu
 {{- end }}

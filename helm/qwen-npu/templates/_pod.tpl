@@ -25,7 +25,7 @@ Workers of a multi-node group run the engine only (SGLang serves HTTP from node 
 {{- $serving := ne $role "worker" }}
 metadata:
   labels:
-    {{- include "qwen-npu.labels" $root | nindent 4 }}
+    {{- include "qwen-npu.podTemplateLabels" $root | nindent 4 }}
     app.kubernetes.io/component: engine
     qwen-npu.io/role: {{ ternary "worker" "leader" (eq $role "worker") }}
     {{- with $v.podLabels }}

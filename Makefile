@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
 	@$(PIP) install -q --progress-bar off --no-deps sglang==$(SGLANG_VERSION) $(QUIET_PIP)
 	@$(PIP) install -q --progress-bar off -r requirements/sglang-cpu.txt $(QUIET_PIP)
 	@echo ">> qwen-npu (editable) with every extra"
-	@$(PIP) install -q --progress-bar off -e '.[sidecar,sim,bench,observability,dev]' $(QUIET_PIP)
+	@$(PIP) install -q --progress-bar off -e '.[sidecar,sim,bench,observability,fetch,dev]' $(QUIET_PIP)
 	@$(BIN)/python -c "import torch, sglang, qwen_npu; assert torch.__version__.startswith('$(TEST_TORCH_VERSION)'), torch.__version__" \
 		|| { echo "setup: the environment does not import; see the pip output above"; exit 1; }
 	@touch $@

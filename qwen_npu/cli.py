@@ -17,6 +17,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "patches": ("qwen_npu.patches.cli", "list, verify and explain the runtime patches"),
     "sim": ("qwen_npu.serve.sim.cli", "run the SGLang-protocol simulator (tests and demos)"),
     "sidecar": ("qwen_npu.serve.sidecar.cli", "run the health and metrics sidecar"),
+    "fetch": ("qwen_npu.fetch.cli", "fetch a checkpoint from ModelScope, Hugging Face, OBS or S3"),
     "bench": ("qwen_npu.loadtest.cli", "run the load test and print the table"),
     "dashboards": ("qwen_npu.serve.observability.cli", "generate dashboards and alert rules"),
 }

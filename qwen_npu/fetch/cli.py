@@ -1,0 +1,286 @@
+"""``qwen-npu fetch SOURCE DEST``, ``qwen-npu fetch wait DEST``, ``qwen-npu fetch verify DEST``.
+
+Why this exists: one verb for the engineer at a terminal (``make fetch``), the chart's staging Job,
+the engine pods' init container (``wait``) and ``helm test`` (``verify``). Exit codes: 0 done, 1 the
+fetch failed (or preflight says the checkpoint would fail), 2 bad input, 3 no space, 4 timed out.
+Errors are one line; docs/runbook.md "A fetch stuck or failing" says what each means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
+from qwen_npu.fetch.layout import Revision, Store
+from qwen_npu.fetch.log import log
+from qwen_npu.fetch.source import EXAMPLES, parse_source
+
+PROG = "qwen-npu fetch"
+SUBCOMMANDS = ("wait", "verify")
+
+
+def _positive(kind: type[float] | type[int]):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{value} must be above 0")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=PROG,
+        description=f"Fetch a checkpoint to DEST and verify it. SOURCE: {EXAMPLES}. Also: "
+        f"'{PROG} wait DEST --source SOURCE' (the init container) and '{PROG} verify DEST' "
+        "(helm test). Exit 0 done, 1 failed, 2 bad input, 3 no space, 4 timed out.",
+    )
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("dest", metavar="DEST", type=Path, help="becomes a link to the revision")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (overrides @revision)")
+    tp = p.add_mutually_exclusive_group()
+    tp.add_argument("--tp", type=_positive(int), default=None, help="preflight's TP size")
+    tp.add_argument("--profile", type=Path, default=None, help="a chart profile: its engine.tpSize")
+    p.add_argument(
+        "--no-preflight",
+        dest="preflight",
+        action="store_false",
+        help="skip the closing preflight verdict",
+    )
+    p.add_argument("--jobs", type=_positive(int), default=4, help="files at once (4)")
+    p.add_argument(
+        "--read-timeout",
+        type=_positive(float),
+        default=60.0,
+        help="seconds one read may stall before it is retried (60)",
+    )
+    p.add_argument("--connect-timeout", type=_positive(float), default=20.0, help="(20)")
+    p.add_argument("--attempts", type=_positive(int), default=6, help="tries per file (6)")
+    p.add_argument(
+        "--backoff",
+        type=_positive(float),
+        default=2.0,
+        help="first pause between tries, doubled each time up to --max-backoff (2)",
+    )
+    p.add_argument("--max-backoff", type=_positive(float), default=120.0, help="(120)")
+    p.add_argument(
+        "--lease",
+        type=_positive(float),
+        default=120.0,
+        help="seconds the DEST lock outlives a dead holder (120)",
+    )
+    p.add_argument(
+        "--lock-wait",
+        type=_positive(float),
+        default=6 * 3600.0,
+        help="seconds to wait for another fetch of DEST (21600)",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=_positive(float),
+        default=30.0,
+        help="seconds between progress lines (30)",
+    )
+    p.add_argument(
+        "--reverify",
+        action="store_true",
+        help="re-hash a complete DEST instead of trusting its manifest's sizes",
+    )
+    p.add_argument("--ca-bundle", default=None, help="a PEM bundle for a mirror's private CA")
+    return p
+
+
+def build_wait_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=f"{PROG} wait",
+        description="Wait until DEST holds a complete, verified fetch of SOURCE at its revision, "
+        "logging the fetch's progress. Exit 0 ready, 1 damaged, 2 bad input, 4 timed out.",
+    )
+    p.add_argument("dest", metavar="DEST", type=Path)
+    p.add_argument("--source", required=True, help="SOURCE as given to the fetch")
+    p.add_argument("--revision", default=None)
+    p.add_argument("--sizes-only", action="store_true", help="skip the sha256 re-check")
+    p.add_argument("--timeout", type=_positive(float), default=6 * 3600.0, help="(21600)")
+    p.add_argument("--log-every", type=_positive(float), default=60.0, help="(60)")
+    p.add_argument("--poll", type=_positive(float), default=2.0, help=argparse.SUPPRESS)
+    return p
+
+
+def build_verify_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=f"{PROG} verify",
+        description="Check DEST against its manifest: marker, every file, sizes, sha256. "
+        "Exit 0 sound, 1 not.",
+    )
+    p.add_argument("dest", metavar="DEST", type=Path)
+    p.add_argument("--source", default=None, help="also require this SOURCE (and --revision)")
+    p.add_argument("--revision", default=None)
+    p.add_argument("--sizes-only", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    return p
+
+
+def _profile_tp(path: Path) -> int:
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+        return int(data["engine"]["tpSize"])
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise FetchError(f"{path}: no engine.tpSize ({exc}); pass --tp", EXIT_BAD_INPUT) from None
+    except ImportError:
+        raise FetchError(
+            "--profile needs pyyaml: pip install 'qwen-npu[fetch]'", EXIT_BAD_INPUT
+        ) from None
+
+
+def _preflight(dest: Path, tp: int | None) -> int:
+    """The checkpoint's preflight verdict (qwen_npu.preflight's API), as one log line."""
+    from qwen_npu.preflight import Options, run_preflight
+    from qwen_npu.preflight.checkpoint import InputError
+
+    try:
+        report = run_preflight(dest, Options(tp=tp))
+    except InputError as exc:
+        log(
+            "error",
+            "preflight",
+            verdict="bad_input",
+            error=exc,
+            next="the fetched files are not a checkpoint preflight reads: check SOURCE",
+        )
+        return 1
+    first = report.blocking[0].message if report.blocking else None
+    log(
+        "info" if report.exit_code == 0 else "error",
+        "preflight",
+        verdict=report.verdict,
+        tp=report.tp,
+        tp_source=report.tp_source,
+        blocking=len(report.blocking),
+        first=first,
+        next="ready to serve"
+        if report.exit_code == 0
+        else f"run: qwen-npu preflight {dest} --tp {report.tp} (the table says why)",
+    )
+    return report.exit_code
+
+
+def _fetch(argv: list[str]) -> int:
+    from qwen_npu.fetch.run import Options, environ_ca_bundle, fetch
+    from qwen_npu.fetch.transfer import Retry
+
+    args = build_parser().parse_args(argv)
+    source = parse_source(args.source, args.revision)
+    tp = _profile_tp(args.profile) if args.profile else args.tp
+    if args.ca_bundle:
+        if not Path(args.ca_bundle).is_file():
+            raise FetchError(f"--ca-bundle {args.ca_bundle}: no such file", EXIT_BAD_INPUT)
+        environ_ca_bundle(args.ca_bundle)
+    opts = Options(
+        read_timeout=args.read_timeout,
+        connect_timeout=args.connect_timeout,
+        retry=Retry(args.attempts, args.backoff, args.max_backoff),
+        jobs=args.jobs,
+        lease_seconds=args.lease,
+        lock_wait_seconds=args.lock_wait,
+        progress_seconds=args.progress_every,
+        reverify=args.reverify,
+    )
+    result = fetch(source, args.dest, opts)
+    print(
+        f"{args.dest}: {source} at {result.revision}: "
+        + (
+            "already complete, nothing downloaded"
+            if result.reused
+            else f"{len(result.manifest.get('files', []))} files verified, "
+            f"{result.downloaded} bytes downloaded"
+        )
+    )
+    return _preflight(args.dest, tp) if args.preflight else 0
+
+
+def _wait(argv: list[str]) -> int:
+    from qwen_npu.fetch.wait import wait
+
+    args = build_wait_parser().parse_args(argv)
+    source = parse_source(args.source, args.revision)
+    wait(
+        Store(args.dest),
+        source,
+        sums=not args.sizes_only,
+        timeout=args.timeout,
+        interval=args.log_every,
+        poll=args.poll,
+    )
+    return 0
+
+
+def _verify(argv: list[str]) -> int:
+    from qwen_npu.fetch.wait import matches
+
+    args = build_verify_parser().parse_args(argv)
+    store = Store(args.dest)
+    current = store.current()
+    rev = Revision(current) if current is not None else None
+    problems = rev.check(sums=not args.sizes_only) if rev else [f"{args.dest}: not a fetched DEST"]
+    marker = rev.marker() if rev else None
+    if args.source and not problems:
+        source = parse_source(args.source, args.revision)
+        if not matches(marker, source):
+            problems = [
+                f"{args.dest}: holds {marker and marker.get('source')}@"
+                f"{marker and marker.get('requested_revision')}, not {source}"
+            ]
+    manifest = rev.manifest() if rev else None
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "dest": str(args.dest),
+                    "ok": not problems,
+                    "problems": problems,
+                    "revision": (marker or {}).get("revision"),
+                    "files": len((manifest or {}).get("files", [])),
+                },
+                sort_keys=True,
+            )
+        )
+    for line in problems:
+        log(
+            "error",
+            "verify_failed",
+            dest=args.dest,
+            problem=line,
+            next=f"re-run: qwen-npu fetch {(marker or {}).get('source', 'SOURCE')} {args.dest}",
+        )
+    if not problems:
+        log(
+            "info",
+            "verified",
+            dest=args.dest,
+            revision=(marker or {}).get("revision"),
+            files=len((manifest or {}).get("files", [])),
+        )
+    return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    command = {"wait": _wait, "verify": _verify}.get(argv[0] if argv else "", _fetch)
+    rest = argv[1:] if command is not _fetch else argv
+    try:
+        return command(rest)
+    except FetchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; re-run to resume (verified files are kept)", file=sys.stderr)
+        return 130

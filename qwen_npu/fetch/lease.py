@@ -1,0 +1,145 @@
+"""One writer per DEST: a lock file with a lease, renewed while the fetch runs.
+
+Why this exists: two pods or a Job and an engineer may fetch the same model into the same claim at
+once; they must never write the same files. A lock file made with ``O_EXCL`` works on local disks
+and on NFS-style RWX claims (where ``flock`` may not cross nodes), and its lease (an expiry time
+the holder renews) frees it when the holder dies without cleaning up (a node lost, a SIGKILL).
+The second fetch waits, logging who holds the lock, then finds the checkpoint complete and reuses
+it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from qwen_npu.fetch.errors import EXIT_TIMEOUT, FetchError
+from qwen_npu.fetch.log import log
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class Lease:
+    """``with Lease(path, seconds).held(): ...`` holds the lock, renewing it every seconds/3."""
+
+    def __init__(
+        self,
+        path: Path,
+        seconds: float = 120.0,
+        wait_seconds: float = 6 * 3600.0,
+        poll_seconds: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.seconds = seconds
+        self.wait_seconds = wait_seconds
+        self.poll_seconds = poll_seconds
+        self.clock = clock
+        self.token = uuid.uuid4().hex
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self._stop = threading.Event()
+
+    def _body(self) -> bytes:
+        expires = self.clock() + self.seconds
+        return json.dumps({"owner": self.owner, "token": self.token, "expires": expires}).encode()
+
+    def _try_create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as out:
+            out.write(self._body())
+        return True
+
+    def _break_if_expired(self, seen: dict[str, Any]) -> None:
+        """Move an expired lock aside; put it back if another waiter renewed it meanwhile."""
+        aside = self.path.with_name(f"{self.path.name}.expired.{self.token}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        now = _read(aside)
+        if now is not None and now.get("token") != seen.get("token"):
+            with contextlib.suppress(FileExistsError):  # a fresh holder's lock: give it back
+                os.link(aside, self.path)
+        aside.unlink(missing_ok=True)
+        log(
+            "warning",
+            "lock_expired",
+            lock=self.path,
+            owner=seen.get("owner"),
+            next="the previous fetch died without releasing its lock; this one takes over",
+        )
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.wait_seconds
+        logged = 0.0
+        while not self._try_create():
+            holder = _read(self.path)
+            if holder is not None and float(holder.get("expires", 0)) < self.clock():
+                self._break_if_expired(holder)
+                continue
+            if time.monotonic() > deadline:
+                raise FetchError(
+                    f"{self.path}: another fetch ({(holder or {}).get('owner', '?')}) held "
+                    f"the lock for more than {self.wait_seconds:.0f}s; check that fetch's log, or "
+                    "delete the lock file if no fetch runs",
+                    EXIT_TIMEOUT,
+                )
+            if time.monotonic() - logged > 30:
+                log(
+                    "info",
+                    "lock_wait",
+                    lock=self.path,
+                    owner=(holder or {}).get("owner"),
+                    next="another fetch writes this DEST; this one reuses its result when done",
+                )
+                logged = time.monotonic()
+            time.sleep(self.poll_seconds)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            tmp = self.path.with_name(f"{self.path.name}.{self.token}")
+            holder = _read(self.path)
+            if holder is None or holder.get("token") != self.token:
+                log(
+                    "error",
+                    "lock_lost",
+                    lock=self.path,
+                    next="another fetch took the lock (this one stalled past its lease)",
+                )
+                return
+            tmp.write_bytes(self._body())
+            os.replace(tmp, self.path)
+
+    def release(self) -> None:
+        self._stop.set()
+        holder = _read(self.path)
+        if holder is not None and holder.get("token") == self.token:
+            self.path.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.acquire()
+        renewer = threading.Thread(target=self._renew, name="fetch-lease", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            self.release()

@@ -1,0 +1,85 @@
+"""``qwen-npu fetch wait DEST --source SOURCE``: the engine pod's init container.
+
+Why this exists: the staging Job and the engine pods start together; the engine must not load a
+checkpoint that is still arriving, nor one of another revision. The wait returns when DEST points
+to a revision whose completion marker names the same SOURCE and requested revision, and whose files
+are all there with the manifest's sizes and (by default) sha256 sums. Meanwhile it logs the fetch's
+progress (bytes, rate, ETA from progress.json) once a minute. Standard library only: it runs in the
+engine image.
+"""
+
+from __future__ import annotations
+
+import time
+
+from qwen_npu.fetch.errors import EXIT_FAILED, EXIT_TIMEOUT, FetchError
+from qwen_npu.fetch.layout import Revision, Store
+from qwen_npu.fetch.log import log
+from qwen_npu.fetch.source import Source
+
+
+def matches(marker: dict[str, object] | None, source: Source) -> bool:
+    return (
+        marker is not None
+        and marker.get("source") == source.location
+        and marker.get("requested_revision") == source.revision
+    )
+
+
+def wait(
+    store: Store,
+    source: Source,
+    *,
+    sums: bool = True,
+    timeout: float = 6 * 3600.0,
+    interval: float = 60.0,
+    poll: float = 2.0,
+) -> Revision:
+    deadline = time.monotonic() + timeout
+    logged = float("-inf")
+    while True:
+        current = store.current()
+        rev = Revision(current) if current is not None else None
+        marker = rev.marker() if rev is not None else None
+        if rev is not None and matches(marker, source):
+            problems = rev.check(sums=sums)
+            if problems:
+                raise FetchError(
+                    f"{store.dest}: complete at {marker and marker.get('revision')} but "
+                    f"{len(problems)} file(s) differ from the manifest ({problems[0]}); re-run the "
+                    "fetch (it fetches the damaged files again)",
+                    EXIT_FAILED,
+                )
+            log(
+                "info",
+                "ready",
+                dest=store.dest,
+                revision=marker and marker.get("revision"),
+                checked="sizes and sha256" if sums else "sizes",
+            )
+            return rev
+        if time.monotonic() > deadline:
+            raise FetchError(
+                f"{store.dest}: no complete fetch of {source} after {timeout:.0f}s; check the "
+                "staging Job's log (kubectl logs job/<release>-fetch-...)",
+                EXIT_TIMEOUT,
+            )
+        if time.monotonic() - logged >= interval:
+            logged = time.monotonic()
+            progress = store.read_progress() or {}
+            log(
+                "info",
+                "waiting",
+                dest=store.dest,
+                source=source,
+                have=(marker or {}).get("revision") if marker else None,
+                bytes=progress.get("bytes"),
+                total_bytes=progress.get("total_bytes"),
+                percent=progress.get("percent"),
+                rate_mb_s=progress.get("rate_mb_s"),
+                eta_s=progress.get("eta_s"),
+                next="the staging Job is fetching"
+                if progress
+                else "no fetch is running: check that the staging Job exists and its log",
+            )
+        time.sleep(poll)

@@ -1,10 +1,21 @@
 """The Ascend chips the engine targets and what their GDN ops accept for the SSM state.
 
 Why this exists: whether a float32 SSM state works depends on the chip, not on the checkpoint.
-SGLang 0.5.23's Ascend GDN path runs the AscendC chunk op (``torch.ops.npu.chunk_gated_delta_rule``,
-fp32 ``initial_state`` only on Ascend950) for prefill and the verify op
-(``recurrent_gated_delta_rule``, built for a bf16 state only) for MTP verify. Preflight, the patches'
-GDN contract check and the chart read the chip from here. Standard library only.
+SGLang 0.5.23's Ascend GDN path (hardware_backend/npu/attention/ascend_gdn_backend.py) runs the
+AscendC chunk op (``torch.ops.npu.chunk_gated_delta_rule``) for prefill and the AscendC verify op
+(``torch.ops.npu.recurrent_gated_delta_rule``) for MTP verify. sgl-kernel-npu's sources say:
+
+- the chunk op's host: ``initial_state must be bfloat16 or float32``, then ``FP32 initial_state is
+  only supported on Ascend950 (arch35)``, and ``chunk_state dtype must match initial_state``
+  (SGLang hands it a bf16 ``chunk_state``);
+- the verify op is instantiated for a bf16 state only (``RGDR<bfloat16_t, bfloat16_t>``,
+  csrc/recurrent_gated_delta_rule) and its host checks no dtype: an fp32 state is read as bf16
+  bytes, which garbles the output without an error (SGLang issue #40419).
+
+The Qwen3.5/3.6 checkpoints' config.json says ``mamba_ssm_dtype: float32`` and SGLang 0.5.23
+forces nothing on NPU, so the chart passes ``--mamba-ssm-dtype bfloat16`` by default. Preflight,
+the patches' GDN contract check and the chart's docs read the chip's rules from here. Standard
+library only.
 
 The chip reaches the engine's processes as ``QWEN_NPU_CHIP`` (the chart renders it from
 ``npu.chip``); preflight takes ``--chip``.
@@ -21,13 +32,17 @@ CHIPS: tuple[str, ...] = ("910b", "a3", "ascend950")
 DEFAULT_CHIP = "910b"
 #: Chips whose prefill (chunk) op takes a float32 SSM state.
 FP32_STATE_CHIPS: frozenset[str] = frozenset({"ascend950"})
+#: The SSM state dtype every chip's GDN ops take (prefill and MTP verify alike).
+SAFE_SSM_DTYPE = "bfloat16"
+PREFILL_OP = "torch.ops.npu.chunk_gated_delta_rule"
+VERIFY_OP = "torch.ops.npu.recurrent_gated_delta_rule"
 
 
 def normalise(chip: str) -> str | None:
     """The chip's canonical name, or None when it is not one we know."""
     name = chip.strip().lower().replace("-", "").replace("_", "")
     aliases = {"910b": "910b", "ascend910b": "910b", "a3": "a3", "ascend910c": "a3",
-               "ascend950": "ascend950", "950": "ascend950"}
+               "ascend950": "ascend950", "950": "ascend950"}  # fmt: skip
     return aliases.get(name)
 
 
@@ -38,13 +53,32 @@ def chip_from_env(environ: Mapping[str, str] | None = None) -> str:
 
 
 def ssm_state_dtype_supported(chip: str, dtype: str) -> bool:
-    """Whether SGLang 0.5.23's Ascend GDN ops on ``chip`` take an SSM state of ``dtype``.
+    """Whether SGLang 0.5.23's Ascend GDN prefill op on ``chip`` takes an SSM state of ``dtype``.
 
     bfloat16 works everywhere; float32 only where the chunk op takes it (and there the bf16-only
-    verify op still limits MTP: see the GDN contract's ``verify_op`` link).
+    verify op still limits MTP: ``verify_op_limit``, and the GDN contract's ``verify_op`` link).
     """
     if dtype == "bfloat16":
         return True
     if dtype == "float32":
         return (normalise(chip) or chip) in FP32_STATE_CHIPS
     return False
+
+
+def prefill_op_limit(chip: str, dtype: str) -> str | None:
+    """Why the prefill op on ``chip`` cannot take a ``dtype`` state (None when it can)."""
+    if ssm_state_dtype_supported(chip, dtype):
+        return None
+    if dtype == "float32":
+        return f"the prefill op {PREFILL_OP} takes a float32 state only on Ascend950"
+    return f"the prefill op {PREFILL_OP} takes a bfloat16 or float32 state only"
+
+
+def verify_op_limit(dtype: str) -> str | None:
+    """Why MTP verify cannot read a ``dtype`` state (None for bf16): the op is bf16-only."""
+    if dtype == SAFE_SSM_DTYPE:
+        return None
+    return (
+        f"the MTP verify op {VERIFY_OP} is built for a bfloat16 state only and checks no dtype: "
+        f"it reads {dtype} bytes as bfloat16 (garbled text, no error)"
+    )

@@ -3,20 +3,13 @@
 Reads the checkpoint's small files (config.json, quant_model_description.json, the weight index,
 the tokenizer files) and reuses the patches' own rules (``modelslim_desc``, ``ub_plan``,
 ``registry``, ``model_config``). Standard library only: it runs in the engine image's init
-container. Entry points: ``run_preflight`` (the report), ``recommended_command`` (the profile's
-SGLang command line), ``cli.main`` (the verb).
+container, where it judges the engine's command line as the chart rendered it
+(``engine_args.read_engine_args``). Entry points: ``run_preflight`` (the report), ``cli.main`` (the
+verb).
 """
 
 from __future__ import annotations
 
-from qwen_npu.preflight.command import LaunchOptions, recommended_args, recommended_command
 from qwen_npu.preflight.report import Options, Report, run_preflight
 
-__all__ = [
-    "LaunchOptions",
-    "Options",
-    "Report",
-    "recommended_args",
-    "recommended_command",
-    "run_preflight",
-]
+__all__ = ["Options", "Report", "run_preflight"]

@@ -1,8 +1,12 @@
 """``qwen-npu preflight MODEL_DIR``: will it start? Exit 0 ready, 1 would fail, 2 bad input.
 
 Why this exists: the chart's init container and an engineer both run it before a model load that
-takes many minutes. It never prints a traceback: bad input is one line naming the file and the
-fix (and, with ``--json``, a JSON object with ``verdict: bad_input``).
+takes many minutes. Two ways in: by hand, ``MODEL_DIR`` with preflight's own flags (``--tp``,
+``--no-mtp``, ``--mamba-ssm-dtype``...); from the chart, ``--engine-args`` followed by the
+engine's whole rendered command line, from which preflight reads the checkpoint, TP, SSM dtype,
+speculative decoding and quantization by SGLang's own flag names (the chart builds the line once).
+It never prints a traceback: bad input is one line naming the file and the fix (and, with
+``--json``, a JSON object with ``verdict: bad_input``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sys
 
 from qwen_npu.checkpoint.model_config import SSM_DTYPES
 from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.hardware import chips
 from qwen_npu.preflight.checkpoint import InputError
 from qwen_npu.preflight.report import SCHEMA_VERSION, Options, run_preflight
 
@@ -54,7 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "config, quantization description, weight index, tokenizer, TP, UB plan, memory. "
         "Exit 0 ready, 1 would fail, 2 bad input.",
     )
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint directory")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="?",
+        help="the checkpoint directory (with --engine-args: the engine's --model-path)",
+    )
     p.add_argument(
         "--tp",
         "--tp-size",
@@ -65,25 +75,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mtp = p.add_mutually_exclusive_group()
     mtp.add_argument(
-        "--mtp", dest="mtp", action="store_true", default=True, help="MTP on (default)"
+        "--mtp", dest="mtp", action="store_true", default=None, help="MTP on (default)"
     )
     mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="MTP (NEXTN) off")
     p.add_argument("--npu-memory-gb", type=_positive_float, default=64.0, help="GiB per NPU (64)")
     p.add_argument(
-        "--mem-fraction-static", type=_fraction, default=0.8, help="SGLang's static share (0.8)"
+        "--mem-fraction-static", type=_fraction, default=None, help="SGLang's static share (0.8)"
     )
     p.add_argument(
         "--mamba-ssm-dtype",
         choices=SSM_DTYPES,
         default=None,
-        help="as SGLang's flag: overrides SGLANG_MAMBA_SSM_DTYPE and the config",
+        help="as SGLang's flag: overrides SGLANG_MAMBA_SSM_DTYPE and the config (the checkpoint's "
+        "own dtype when not given)",
+    )
+    p.add_argument(
+        "--chip",
+        type=_chip,
+        default=None,
+        help=f"the target chip: {', '.join(chips.CHIPS)} (default: ${chips.ENV_CHIP}, else "
+        f"{chips.DEFAULT_CHIP}); a float32 SSM state works only on ascend950",
     )
     p.add_argument(
         "--cuda-graph-bs-decode",
         dest="cuda_graph_bs",
         type=_positive_int,
-        default=16,
-        help="decode graph batch size in the recommended command (16)",
+        default=None,
+        help=argparse.SUPPRESS,  # deprecated: preflight no longer builds a command line
     )
     p.add_argument(
         "--check-shards",
@@ -92,7 +110,63 @@ def build_parser() -> argparse.ArgumentParser:
         "exact memory",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (stable keys)")
+    p.add_argument(
+        "--engine-args",
+        nargs=argparse.REMAINDER,
+        default=None,
+        metavar="ARG",
+        help="last: the engine's whole command line (the arguments of sglang.launch_server); "
+        "preflight judges it instead of MODEL_DIR and its own engine flags (the chart's init "
+        "container passes it)",
+    )
     return p
+
+
+def _chip(text: str) -> str:
+    chip = chips.normalise(text)
+    if chip is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(chips.CHIPS)}")
+    return chip
+
+
+#: Preflight flags that set what the engine's command line decides under --engine-args.
+_ENGINE_FLAGS = {
+    "model_dir": "MODEL_DIR",
+    "tp": "--tp",
+    "mtp": "--mtp/--no-mtp",
+    "mem_fraction_static": "--mem-fraction-static",
+    "mamba_ssm_dtype": "--mamba-ssm-dtype",
+}
+
+
+def _options(args: argparse.Namespace) -> tuple[str, Options]:
+    """(model dir, options) from the flags; InputError when the two ways in are mixed."""
+    chip = args.chip or chips.chip_from_env()
+    if args.engine_args is not None:
+        given = [flag for dest, flag in _ENGINE_FLAGS.items() if getattr(args, dest) is not None]
+        if given:
+            raise InputError(
+                f"{', '.join(given)} given with --engine-args: the engine's command line decides "
+                "them; drop them (in the chart: preflight.extraArgs)"
+            )
+        return Options.from_engine_args(
+            args.engine_args,
+            chip=chip,
+            npu_memory_gb=args.npu_memory_gb,
+            check_shards=args.check_shards,
+        )
+    if args.model_dir is None:
+        raise InputError("no MODEL_DIR: pass the checkpoint directory (or --engine-args ...)")
+    options = Options(
+        tp=args.tp,
+        mtp=True if args.mtp is None else args.mtp,
+        npu_memory_gb=args.npu_memory_gb,
+        mem_fraction_static=0.8 if args.mem_fraction_static is None else args.mem_fraction_static,
+        mamba_ssm_dtype=args.mamba_ssm_dtype,
+        check_shards=args.check_shards,
+        chip=chip,
+    )
+    return args.model_dir, options
 
 
 def _bad_input(message: str, as_json: bool) -> int:
@@ -110,22 +184,21 @@ def _bad_input(message: str, as_json: bool) -> int:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    options = Options(
-        tp=args.tp,
-        mtp=args.mtp,
-        npu_memory_gb=args.npu_memory_gb,
-        mem_fraction_static=args.mem_fraction_static,
-        mamba_ssm_dtype=args.mamba_ssm_dtype,
-        cuda_graph_bs=args.cuda_graph_bs,
-        check_shards=args.check_shards,
-    )
+    if args.cuda_graph_bs is not None:
+        print(
+            f"{PROG}: note: --cuda-graph-bs-decode is deprecated and ignored (preflight builds no "
+            "command line; the chart renders it: engine.graphBatchSizes)",
+            file=sys.stderr,
+        )
+    model_dir = args.model_dir
     try:
-        report = run_preflight(args.model_dir, options)
+        model_dir, options = _options(args)
+        report = run_preflight(model_dir, options)
     except InputError as exc:
         return _bad_input(str(exc), args.json)
     except Exception as exc:  # never a traceback in an init container's log
         return _bad_input(
-            f"{args.model_dir}: unexpected {type(exc).__name__}: {exc}; the checkpoint's files "
+            f"{model_dir}: unexpected {type(exc).__name__}: {exc}; the checkpoint's files "
             "are probably malformed, report this with its config.json",
             args.json,
         )

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from qwen_npu.hardware import ub_plan
 from qwen_npu.checkpoint.model_config import ModelConfig
+from qwen_npu.hardware import ub_plan
 
 #: TP sizes reported when none is given (a 910B node has 8 or 16 NPUs).
 CANDIDATE_TPS = (1, 2, 4, 8, 16)

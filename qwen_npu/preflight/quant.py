@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_npu.checkpoint import modelslim_desc
-from qwen_npu.hardware import ub_plan
 from qwen_npu.checkpoint.model_config import ModelConfig
+from qwen_npu.hardware import ub_plan
 from qwen_npu.patches import registry
 from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
 

@@ -2,12 +2,13 @@
 
 Why this exists: an engineer at a terminal reads the answer in a few lines, top to bottom: what
 the checkpoint is, how it is quantized, which patches it needs, the TP table with the UB plan and
-the memory per NPU, the command to start it, then what blocks it. The last line is key=value so a
-log search finds it.
+the memory per NPU, the chart values (or the engine's command line) it judged, then what blocks
+it. The last line is key=value so a log search finds it.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from qwen_npu.preflight import memory
@@ -16,8 +17,8 @@ from qwen_npu.preflight.quant import scheme_label
 from qwen_npu.preflight.report import READY, READY_WITH_PATCHES, Report
 
 _NEXT = {
-    READY: "start the engine with the command above",
-    READY_WITH_PATCHES: "start the engine image (it applies the patches) with the command above",
+    READY: "start the engine with these settings (the chart renders its command line)",
+    READY_WITH_PATCHES: "start the engine image (it applies the patches) with these settings",
     "would_fail": "fix the blocking findings above; nothing was started",
 }
 
@@ -87,7 +88,14 @@ def render(r: Report) -> str:
     """The whole human report."""
     lines = [f"qwen-npu preflight {r.checkpoint.root}"]
     lines += _model_lines(r) + _quant_lines(r) + _tp_lines(r)
-    lines.append(f"  command    {shlex.join(r.command)}")
+    if r.command is not None:
+        lines.append(f"  engine     {shlex.join(r.command)}")
+    else:
+        sets = " ".join(
+            f"--set{'-json' if isinstance(v, float) else ''} {k}={json.dumps(v).strip(chr(34))}"
+            for k, v in r.chart_values.items()
+        )
+        lines.append(f"  chart      {sets}")
     shown = [f for f in r.findings if f.severity in (BLOCKING, WARNING)]
     if shown:
         lines.append("  findings")

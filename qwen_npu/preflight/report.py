@@ -4,6 +4,10 @@ Why this exists: the init container, the engineer at a terminal and the tests al
 answer: a verdict (``ready``, ``ready_with_patches``, ``would_fail``), the findings that decide it,
 and the facts behind them. ``run_preflight`` computes it once; ``Report.as_dict`` is the stable
 ``--json`` shape (schema_version 1, keys documented in docs/preflight.md) and ``render`` the table.
+
+Preflight builds no command line: the chart renders the engine's, and its init container hands it
+over (``Options.engine_args``, read by ``engine_args.read_engine_args``), so the verdict is for
+the line the engine really runs.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from qwen_npu.checkpoint.model_config import ModelConfig
+from qwen_npu.checkpoint.model_config import SSM_DTYPE_ENV, ModelConfig
+from qwen_npu.hardware import chips
 from qwen_npu.patches import registry
 from qwen_npu.preflight import memory as mem
 from qwen_npu.preflight import parallel, shards
 from qwen_npu.preflight import quant as qnt
 from qwen_npu.preflight.checkpoint import Checkpoint, load_checkpoint
-from qwen_npu.preflight.command import LaunchOptions, recommended_command
+from qwen_npu.preflight.engine_args import read_engine_args
 from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
 
 SCHEMA_VERSION = 1
@@ -39,8 +44,36 @@ class Options:
     npu_memory_gb: float = 64.0
     mem_fraction_static: float = 0.8
     mamba_ssm_dtype: str | None = None
-    cuda_graph_bs: int | None = 16
     check_shards: bool = False  # read every shard's safetensors header (slower, exact)
+    chip: str = chips.DEFAULT_CHIP  # the target chip (its GDN ops decide the SSM state dtype)
+    #: The engine's whole command line (after ``sglang.launch_server``) when preflight judges a
+    #: rendered one; None when run by hand with its own flags.
+    engine_args: tuple[str, ...] | None = None
+    quantization: str | None = None  # the engine's --quantization (engine_args only)
+
+    @classmethod
+    def from_engine_args(
+        cls,
+        engine_args: list[str],
+        *,
+        chip: str = chips.DEFAULT_CHIP,
+        npu_memory_gb: float = 64.0,
+        check_shards: bool = False,
+    ) -> tuple[str, Options]:
+        """(model dir, options) for judging the engine's own command line."""
+        e = read_engine_args(engine_args)
+        options = cls(
+            tp=e.tp if e.tp is not None else 1,  # SGLang's default
+            mtp=e.mtp,
+            npu_memory_gb=npu_memory_gb,
+            mem_fraction_static=e.mem_fraction_static or 0.8,
+            mamba_ssm_dtype=e.mamba_ssm_dtype,
+            check_shards=check_shards,
+            chip=chip,
+            engine_args=tuple(engine_args),
+            quantization=e.quantization,
+        )
+        return e.model_path, options
 
 
 @dataclass
@@ -55,7 +88,7 @@ class Report:
     quant: qnt.QuantReport
     memory: mem.MemoryEstimate
     memory_by_tp: dict[int, mem.MemoryEstimate]
-    command: list[str]
+    command: list[str] | None
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -113,8 +146,22 @@ class Report:
             },
             "ub_plan": self.chosen.ub.as_dict() if self.chosen.ub else None,
             "memory": self.memory.as_dict(),
+            "chip": self.options.chip,
+            "chart_values": self.chart_values,
             "command": self.command,
-            "command_line": shlex.join(self.command),
+            "command_line": None if self.command is None else shlex.join(self.command),
+        }
+
+    @property
+    def chart_values(self) -> dict[str, Any]:
+        """The chart values that render the engine this verdict is for (the chart builds the
+        command line: ``helm install ... --set engine.tpSize=...``)."""
+        return {
+            "npu.chip": self.options.chip,
+            "engine.tpSize": self.tp,
+            "engine.memFractionStatic": self.options.mem_fraction_static,
+            "engine.mambaSsmDtype": self.config.mamba_ssm_dtype,
+            "mtp.enabled": self.options.mtp and self.config.has_mtp,
         }
 
 
@@ -232,6 +279,75 @@ def _mtp_and_ub_findings(report: Report) -> None:
             )
 
 
+_SSM_SOURCE = {
+    "flag": "from --mamba-ssm-dtype",
+    "env": f"from {SSM_DTYPE_ENV}",
+    "config": "the checkpoint's own, from config.json mamba_ssm_dtype",
+    "default": "SGLang's default, config.json names none",
+}
+
+
+def _ssm_state_findings(report: Report) -> None:
+    """The SSM state dtype against the chip's GDN ops (qwen_npu.hardware.chips)."""
+    c, opts = report.config, report.options
+    if not c.has_gdn:
+        return
+    dtype = c.mamba_ssm_dtype
+    where = f"SSM state {dtype} ({_SSM_SOURCE.get(c.mamba_ssm_dtype_source, '?')}) on {opts.chip}"
+    fix = (
+        f"use --mamba-ssm-dtype {chips.SAFE_SSM_DTYPE} (chart value "
+        f"engine.mambaSsmDtype={chips.SAFE_SSM_DTYPE})"
+    )
+    limit = chips.prefill_op_limit(opts.chip, dtype)
+    if limit is not None:
+        report.findings.append(
+            finding(
+                "ssm-dtype-unsupported",
+                BLOCKING,
+                f"{where}: {limit}, so the first prefill fails; {fix}",
+            )
+        )
+        return
+    verify = chips.verify_op_limit(dtype)
+    if verify is not None and opts.mtp and c.has_mtp:
+        report.findings.append(
+            finding(
+                "ssm-dtype-verify",
+                WARNING,
+                f"{where} with MTP on: {verify}. Unless `qwen-npu patches verify --json` in the "
+                f"image reports gdn_contract.verify_op pass, {fix} or turn MTP off",
+            )
+        )
+
+
+def _quantization_findings(report: Report) -> None:
+    """The engine's --quantization against the checkpoint (only for a rendered command line)."""
+    opts = report.options
+    if opts.engine_args is None:
+        return
+    has_description = report.checkpoint.description is not None
+    if has_description and opts.quantization != "modelslim":
+        report.findings.append(
+            finding(
+                "quantization-flag",
+                WARNING,
+                "the checkpoint has a ModelSlim quant_model_description.json but the engine runs "
+                f"--quantization {opts.quantization or '(none)'}; set "
+                "engine.quantization=modelslim",
+            )
+        )
+    elif not has_description and opts.quantization == "modelslim":
+        report.findings.append(
+            finding(
+                "quantization-flag",
+                WARNING,
+                "the engine runs --quantization modelslim but the checkpoint has no "
+                'quant_model_description.json; set engine.quantization="" for an unquantized '
+                "checkpoint, or copy the description",
+            )
+        )
+
+
 def run_preflight(
     model_dir: str | os.PathLike[str],
     options: Options | None = None,
@@ -270,14 +386,6 @@ def run_preflight(
         for tp in tps
     }
     tp, source = _choose_tp(checks, mems, opts.tp)
-    launch = LaunchOptions(
-        tp=tp,
-        mtp=opts.mtp and c.has_mtp,
-        quantized=ckpt.description is not None,
-        mem_fraction_static=opts.mem_fraction_static,
-        cuda_graph_bs=opts.cuda_graph_bs,
-        mamba_ssm_dtype=opts.mamba_ssm_dtype,
-    )
     report = Report(
         checkpoint=ckpt,
         options=opts,
@@ -287,7 +395,7 @@ def run_preflight(
         quant=q,
         memory=mems[tp],
         memory_by_tp=mems,
-        command=recommended_command(str(ckpt.root), launch),
+        command=None if opts.engine_args is None else list(opts.engine_args),
         findings=[*ckpt.findings, *shard_findings, *q.findings],
     )
     if unknown:
@@ -306,9 +414,11 @@ def run_preflight(
                 "not-modelslim",
                 INFO,
                 "no quant_model_description.json: treated as an unquantized checkpoint (the "
-                "command has no --quantization modelslim)",
+                'engine needs no --quantization modelslim: chart value engine.quantization="")',
             )
         )
     _tp_findings(report)
+    _ssm_state_findings(report)
+    _quantization_findings(report)
     _mtp_and_ub_findings(report)
     return report

@@ -26,6 +26,8 @@ TOP_KEYS = {
     "tp",
     "ub_plan",
     "memory",
+    "chip",
+    "chart_values",
     "command",
     "command_line",
 }
@@ -63,12 +65,12 @@ def test_dispatcher_runs_the_verb_in_a_fresh_process(ckpt_35b: Path) -> None:
 
 
 def test_json_keys_are_stable(ckpt_35b: Path, run_cli: RunCli) -> None:
-    code, data, err = run_cli(str(ckpt_35b), "--tp", "2", "--json")
+    code, data, err = run_cli(str(ckpt_35b), "--tp", "2", "--mamba-ssm-dtype", "bfloat16", "--json")
     assert code == 0 and err == ""
     assert set(data) == TOP_KEYS
     assert data["schema_version"] == 1 and data["verdict"] == "ready_with_patches"
     assert set(data["memory"]) == MEMORY_KEYS
-    assert set(data["ub_plan"]) == UB_PLAN_KEYS and data["ub_plan"]["h_block_size"] == 1
+    assert set(data["ub_plan"]) == UB_PLAN_KEYS and data["ub_plan"]["h_block_size"] == 2
     assert data["ub_plan"]["num_heads"] == 16
     assert set(data["tp"]) == {"tp", "source", "feasible", "candidates"}
     assert data["tp"]["feasible"] == [1, 2, 4, 8, 16]
@@ -77,8 +79,16 @@ def test_json_keys_are_stable(ckpt_35b: Path, run_cli: RunCli) -> None:
     assert set(data["quantization"]["parts"]["mtp"]) == {"schemes", "label"}
     for finding in data["findings"]:
         assert set(finding) == FINDING_KEYS
-    assert data["command"][:3] == ["python3", "-m", "sglang.launch_server"]
-    assert data["command_line"].startswith("python3 -m sglang.launch_server --model-path ")
+    # By hand there is no engine command line: the chart values it judged instead.
+    assert data["command"] is None and data["command_line"] is None
+    assert data["chip"] == "910b"
+    assert data["chart_values"] == {
+        "npu.chip": "910b",
+        "engine.tpSize": 2,
+        "engine.memFractionStatic": 0.8,
+        "engine.mambaSsmDtype": "bfloat16",
+        "mtp.enabled": True,
+    }
 
 
 def test_human_table_ends_with_a_key_value_verdict(ckpt_35b: Path, run_cli: RunCli) -> None:
@@ -97,9 +107,9 @@ def test_human_table_ends_with_a_key_value_verdict(ckpt_35b: Path, run_cli: RunC
 
 
 def test_no_mtp_flag(ckpt_35b: Path, run_cli: RunCli) -> None:
-    code, data, _ = run_cli(str(ckpt_35b), "--no-mtp", "--json")
+    code, data, _ = run_cli(str(ckpt_35b), "--no-mtp", "--chip", "ascend950", "--json")
     assert code == 0 and data["verdict"] == "ready" and data["mtp"]["enabled"] is False
-    assert "--speculative-algorithm" not in data["command"]
+    assert data["chart_values"]["mtp.enabled"] is False
 
 
 def test_standard_library_only() -> None:

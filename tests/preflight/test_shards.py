@@ -23,7 +23,7 @@ SHARD = "model-00002-of-00008.safetensors"
 
 @pytest.fixture
 def ckpt(tmp_path: Path) -> Path:
-    return write_checkpoint(tmp_path / "c", "27B", shard_headers=True)
+    return write_checkpoint(tmp_path / "c", "27B", shard_headers=True, ssm_dtype="bfloat16")
 
 
 def check(path: Path) -> set[str]:
@@ -92,7 +92,7 @@ def test_tensor_missing_from_its_shard(ckpt: Path) -> None:
 
 
 def test_placeholders_pass_without_the_flag_and_fail_with_it(tmp_path: Path) -> None:
-    path = write_checkpoint(tmp_path / "c", "27B")  # empty shard files
+    path = write_checkpoint(tmp_path / "c", "27B", ssm_dtype="bfloat16")  # empty shard files
     assert check(path) == {"shard-truncated"}
     report = run_preflight(path, Options(), environ={})
     assert not [f for f in report.findings if f.severity == "blocking"]

@@ -1,0 +1,500 @@
+"""The GDN state contract: who reads and writes the SSM state pool, in which order and dtype.
+
+Why this exists: on Ascend the SSM state of Qwen3.5/3.6's GDN layers is held by SGLang's pool and
+read or written by four pieces of code from two projects (the AscendC prefill and verify ops, the
+Triton state mover, the Triton plain-decode kernel). With ``V == K == 128`` a piece that disagrees
+on the order never crashes, and a state dtype a chip's op cannot take garbles or fails. So each
+link (registry.GDN_CONTRACT) gets a verdict, ``pass``, ``fail`` or ``unknown``, with its evidence
+(file:line and what was read), checked where the code is:
+
+- ``pool_layout``: SGLang's real ``MambaPool`` built on CPU in its NPU configuration
+  (``memory_pool._is_npu`` set while it is built), V != K so the order is visible in the strides;
+- ``prefill_op``, ``verify_op``: SGLang's Ascend GDN backend source (which op it calls);
+- ``mover``, ``decode_kernel``: sgl-kernel-npu's Python source (``kernel_layout``), found on
+  ``sys.path`` without importing it (it needs an NPU);
+- ``ssm_dtype``: ``--mamba-ssm-dtype`` and ``--model-path`` from the command line,
+  ``SGLANG_MAMBA_SSM_DTYPE``, config.json (``checkpoint.model_config.resolve_ssm_dtype``), and the
+  chip (``hardware.chips``, ``QWEN_NPU_CHIP``).
+
+Missing files, unreadable sources and unexpected shapes give ``unknown`` naming what was missing;
+nothing here raises. ``report()`` logs one line per link and writes ``gdn_contract`` to the state
+file; ``qwen-npu patches verify`` shows the same object.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qwen_npu.hardware import chips
+from qwen_npu.patches import kernel_layout
+from qwen_npu.patches.log import log
+from qwen_npu.patches.registry import GDN_CONTRACT
+from qwen_npu.patches.state import write_gdn_contract
+
+PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+DECODE_PATCH = "gdn-decode-state-layout"
+
+BACKEND_FILE = "srt/hardware_backend/npu/attention/ascend_gdn_backend.py"
+BACKEND_CLASS = "AscendGDNAttnBackend"
+CHUNK_OP = "torch.ops.npu.chunk_gated_delta_rule"
+VERIFY_OP = "torch.ops.npu.recurrent_gated_delta_rule"
+MOVER_FILE = "mamba/mamba_state_update_triton.py"
+DECODE_FILE = "fla/fused_sigmoid_gating_recurrent_decode_optimized.py"
+#: The name SGLang 0.5.23 imports from DECODE_FILE (gdn_triton.py, under is_npu()).
+DECODE_WRAPPER = "fused_sigmoid_gating_delta_rule_update_decode_npu"
+
+#: The tiny pool: V != K, so V-major and K-major differ in the strides.
+POOL_HEADS, POOL_V, POOL_K = 2, 4, 8
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    evidence: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"verdict": self.verdict, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """What the pool link found: the physical order of the state's (V, K) plane, and whether
+    the temporal state is a dense tensor."""
+
+    order: str  # kernel_layout.V_MAJOR or K_MAJOR
+    contiguous: bool
+
+
+def _find_package(name: str) -> Path | None:
+    """The folder of a top-level package on sys.path, without importing it."""
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclass
+class Sources:
+    """What the check reads. The defaults are the engine's; tests point them elsewhere."""
+
+    sglang_dir: Path | None = field(default_factory=lambda: _find_package("sglang"))
+    kernel_dir: Path | None = field(default_factory=lambda: _find_package("sgl_kernel_npu"))
+    #: () -> (temporal, intermediate, conv list, source file:line); SGLang's MambaPool by default.
+    build_pool: Callable[[], tuple[Any, Any, list[Any], str]] | None = None
+    argv: Sequence[str] = field(default_factory=lambda: list(sys.argv))
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    #: The decode patch's state in this process (None: take it from core.OUTCOMES).
+    decode_patch: str | None = None
+
+
+# --- pool_layout ------------------------------------------------------------------------------
+
+
+def build_sglang_pool() -> tuple[Any, Any, list[Any], str]:
+    """SGLang's MambaPool with speculative buffers, as its NPU branch allocates it, on CPU."""
+    import inspect
+
+    import torch
+    from sglang.srt.configs.mamba_utils import (
+        Mamba2CacheParams,
+        Mamba2StateDType,
+        Mamba2StateShape,
+    )
+    from sglang.srt.mem_cache import memory_pool
+
+    from qwen_npu.patches.core import swapped
+
+    shape = Mamba2StateShape.create(
+        tp_world_size=1,
+        intermediate_size=POOL_HEADS * POOL_V,
+        n_groups=1,
+        num_heads=POOL_HEADS,
+        head_dim=POOL_V,
+        state_size=POOL_K,
+        conv_kernel=4,
+    )
+    params = Mamba2CacheParams(
+        shape=shape,
+        layers=[0],
+        dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=torch.bfloat16),
+    )
+    logger = logging.getLogger(memory_pool.__name__)
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # "Mamba Cache is allocated" would read like the real pool
+    try:
+        with swapped(memory_pool, _is_npu=True):
+            pool = memory_pool.MambaPool(
+                size=2,
+                spec_state_size=2,
+                cache_params=params,
+                mamba_layer_ids=[0],
+                device="cpu",
+                speculative_num_draft_tokens=3,
+                speculative_eagle_topk=1,
+            )
+    finally:
+        logger.setLevel(level)
+    cache = pool.mamba_cache
+    lines, first = inspect.getsourcelines(memory_pool.MambaPool.__init__)
+    at = next(
+        (first + i for i, s in enumerate(lines) if "temporal_state = torch.zeros" in s), first
+    )
+    where = f"{_short(inspect.getsourcefile(memory_pool.MambaPool))}:{at}"
+    return cache.temporal, cache.intermediate_ssm, list(cache.conv), where
+
+
+def _short(path: str | os.PathLike[str] | None) -> str:
+    """A path from its ``sglang/`` or ``sgl_kernel_npu/`` folder on (what a reader can find)."""
+    text = str(path)
+    for anchor in ("/sglang/", "/sgl_kernel_npu/", "/tests/"):
+        if anchor in text:
+            return anchor.strip("/") + "/" + text.split(anchor, 1)[1]
+    return text
+
+
+def _order(tensor: Any) -> str | None:
+    """V-major or K-major from a ``[..., V, K]``-labelled state's strides (V != K)."""
+    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    if shape[-2:] != (POOL_V, POOL_K):
+        return None
+    if strides[-1] == 1 and strides[-2] == POOL_K:
+        return kernel_layout.V_MAJOR
+    if strides[-2] == 1 and strides[-1] == POOL_V:
+        return kernel_layout.K_MAJOR
+    return None
+
+
+def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
+    build = sources.build_pool or build_sglang_pool
+    try:
+        temporal, intermediate, conv, where = build()
+    except Exception as exc:
+        return Verdict(UNKNOWN, f"SGLang's MambaPool could not be built: {_error(exc)}"), None
+    label = f"(L, S, HV={POOL_HEADS}, V={POOL_V}, K={POOL_K})"
+    facts = (
+        f"temporal {list(temporal.shape)} strides {list(temporal.stride())}, intermediate "
+        f"{list(intermediate.shape)} strides {list(intermediate.stride())}, conv "
+        f"{[list(c.shape) for c in conv]}"
+    )
+    order, spec_order = _order(temporal), _order(intermediate)
+    if order is None or spec_order is None or len(temporal.shape) != 5:
+        return Verdict(UNKNOWN, f"{where}: unexpected pool shape, not {label}: {facts}"), None
+    pool = Pool(order, bool(temporal.is_contiguous()))
+    dense = all(t.is_contiguous() for t in (temporal, intermediate, *conv))
+    if dense and order == spec_order == kernel_layout.V_MAJOR:
+        return Verdict(
+            PASS,
+            f"{where}: built in its NPU configuration: {facts}: contiguous, "
+            "V-major, no transpose view",
+        ), pool
+    return Verdict(
+        FAIL,
+        f"{where}: built in its NPU configuration: {facts}: temporal {order}, intermediate "
+        f"{spec_order}, contiguous={dense}: a transpose view (SGLang before #39589); the AscendC "
+        "ops read raw memory V-major",
+    ), pool
+
+
+# --- prefill_op, verify_op ----------------------------------------------------------------------
+
+
+def _backend_calls(sources: Sources) -> tuple[list[tuple[int, str]], str] | str:
+    """Every call in AscendGDNAttnBackend as (line, callee), and the file; or why not."""
+    import ast
+
+    if sources.sglang_dir is None:
+        return "no sglang package on sys.path"
+    path = sources.sglang_dir / BACKEND_FILE
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read {_short(path)}: {_error(exc)}"
+    except SyntaxError as exc:
+        return f"{_short(path)}:{exc.lineno}: does not parse: {exc.msg}"
+    cls = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == BACKEND_CLASS), None
+    )
+    if cls is None:
+        return f"{_short(path)}: no class {BACKEND_CLASS}"
+    calls = [(n.lineno, ast.unparse(n.func)) for n in ast.walk(cls) if isinstance(n, ast.Call)]
+    return sorted(calls), _short(path)
+
+
+def _against_pool(name: str, order: str, where: str, pool: Pool | None, pair: str) -> Verdict:
+    if pool is None:
+        return Verdict(UNKNOWN, f"{where}: {name} ({order}); the pool's order is unknown")
+    if pool.order == order:
+        return Verdict(PASS, f"{where}: {name} ({order}), the pool is {pool.order}")
+    return Verdict(FAIL, f"{where}: {name} ({order}) against a {pool.order} pool: {pair}")
+
+
+def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
+    found = _backend_calls(sources)
+    if isinstance(found, str):
+        return Verdict(UNKNOWN, found)
+    calls, path = found
+    for line, callee in calls:
+        if callee == CHUNK_OP:
+            return _against_pool(
+                f"{CHUNK_OP}, the AscendC chunk op: state (B, Nv, Dv, Dk) dense",
+                kernel_layout.V_MAJOR,
+                f"{path}:{line}",
+                pool,
+                "the state is read transposed",
+            )
+    for line, callee in calls:
+        if callee.endswith("chunk_gated_delta_rule") or callee.endswith(
+            "chunk_gated_delta_rule_npu"
+        ):
+            return _against_pool(
+                f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
+                kernel_layout.K_MAJOR,
+                f"{path}:{line}",
+                pool,
+                "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
+            )
+    return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no chunk op ({CHUNK_OP})")
+
+
+def verify_op(sources: Sources, pool: Pool | None) -> Verdict:
+    found = _backend_calls(sources)
+    if isinstance(found, str):
+        return Verdict(UNKNOWN, found)
+    calls, path = found
+    for line, callee in calls:
+        if callee == VERIFY_OP:
+            return _against_pool(
+                f"{VERIFY_OP}, the AscendC verify op: raw pointer, bf16 state only",
+                kernel_layout.V_MAJOR,
+                f"{path}:{line}",
+                pool,
+                "the state is read transposed",
+            )
+    return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no verify op ({VERIFY_OP})")
+
+
+# --- mover, decode_kernel -----------------------------------------------------------------------
+
+
+def _kernel_source(sources: Sources, relative: str) -> tuple[str, str] | str:
+    if sources.kernel_dir is None:
+        return f"sgl_kernel_npu is not on sys.path: no {relative} to read"
+    path = sources.kernel_dir / relative
+    try:
+        return path.read_text(encoding="utf-8"), _short(path)
+    except FileNotFoundError:
+        return f"no sgl_kernel_npu/{relative} (sgl_kernel_npu found at {sources.kernel_dir})"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read {_short(path)}: {_error(exc)}"
+
+
+def mover(sources: Sources, pool: Pool | None) -> Verdict:
+    found = _kernel_source(sources, MOVER_FILE)
+    if isinstance(found, str):
+        return Verdict(UNKNOWN, found)
+    source, path = found
+    reading = kernel_layout.mover_strides(source)
+    where = f"{path}:{reading.line}" if reading.line else path
+    if reading.verdict == kernel_layout.SOURCE_ORDER:
+        return Verdict(PASS, f"{where}: {reading.reason}")
+    if reading.verdict == kernel_layout.STRIDE_HONOURING:
+        if pool is None:
+            return Verdict(UNKNOWN, f"{where}: {reading.reason}; the pool's layout is unknown")
+        if pool.contiguous:
+            return Verdict(
+                PASS,
+                f"{where}: {reading.reason}; the pool is contiguous, so it "
+                "equals a source-order copy",
+            )
+        return Verdict(
+            FAIL,
+            f"{where}: {reading.reason} into a transposed pool view: a second "
+            "transpose (sgl-kernel-npu #748's pair)",
+        )
+    return Verdict(UNKNOWN, f"{where}: {reading.reason}")
+
+
+def _decode_patch_state(sources: Sources) -> str:
+    if sources.decode_patch is not None:
+        return sources.decode_patch
+    from qwen_npu.patches.core import OUTCOMES
+
+    outcome = OUTCOMES.get(DECODE_PATCH)
+    return outcome.state if outcome is not None else "not applied in this process"
+
+
+def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
+    found = _kernel_source(sources, DECODE_FILE)
+    if isinstance(found, str):
+        return Verdict(UNKNOWN, found)
+    source, path = found
+    reading = kernel_layout.decode_addressing(source, DECODE_WRAPPER)
+    where = f"{path}:{reading.line}" if reading.line else path
+    if reading.verdict == kernel_layout.UNKNOWN:
+        return Verdict(UNKNOWN, f"{where}: {reading.reason}")
+    said = f"{where}: {reading.reason} ({reading.verdict})"
+    if pool is None:
+        return Verdict(UNKNOWN, f"{said}; the pool's order is unknown")
+    if reading.verdict == pool.order:
+        return Verdict(PASS, f"{said}, the pool is {pool.order}")
+    patch = _decode_patch_state(sources)
+    if patch == "applied":
+        return Verdict(
+            PASS,
+            f"{said} against a {pool.order} pool; {DECODE_PATCH} is applied: "
+            "the decode call hands the kernel a K-major copy",
+        )
+    return Verdict(
+        FAIL,
+        f"{said} against a {pool.order} pool and {DECODE_PATCH} is {patch}: "
+        "plain decode reads the state transposed",
+    )
+
+
+# --- ssm_dtype ----------------------------------------------------------------------------------
+
+
+def _flag(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the last ``--name value`` or ``--name=value`` in argv."""
+    value = None
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def ssm_dtype(sources: Sources) -> Verdict:
+    from qwen_npu.checkpoint import model_config
+
+    env = sources.environ
+    argv = sources.argv
+    raw_chip = env.get(chips.ENV_CHIP, "")
+    chip = chips.chip_from_env(env)
+    chip_note = (
+        f"chip {chip} ({chips.ENV_CHIP}={raw_chip!r})"
+        if raw_chip
+        else f"chip {chip} (the default: {chips.ENV_CHIP} unset)"
+    )
+    if raw_chip and chips.normalise(raw_chip) is None:
+        return Verdict(
+            UNKNOWN,
+            f"{chips.ENV_CHIP}={raw_chip!r} names no chip we know ({', '.join(chips.CHIPS)})",
+        )
+    flag = _flag(argv, "--mamba-ssm-dtype")
+    model = _flag(argv, "--model-path", "--model")
+    dtype: str | None = None
+    source = ""
+    missing = (
+        f"no --mamba-ssm-dtype, no valid {model_config.SSM_DTYPE_ENV} and no --model-path to "
+        "read config.json's mamba_ssm_dtype from"
+    )
+    try:
+        if model is not None:
+            try:
+                config = model_config.read_model_config(model, mamba_ssm_dtype=flag, environ=env)
+                dtype, source = config.mamba_ssm_dtype, config.mamba_ssm_dtype_source
+                if source == "config":
+                    source = f"{_short(model_config.config_path(model))} mamba_ssm_dtype"
+            except (model_config.ModelConfigError, OSError) as exc:
+                missing = _error(exc)
+        if dtype is None:
+            if flag is None and env.get(model_config.SSM_DTYPE_ENV) not in model_config.SSM_DTYPES:
+                return Verdict(UNKNOWN, missing)
+            dtype, source, _ = model_config.resolve_ssm_dtype(None, flag, env)
+    except model_config.ModelConfigError as exc:
+        return Verdict(UNKNOWN, _error(exc))
+    names = {"flag": "--mamba-ssm-dtype", "env": model_config.SSM_DTYPE_ENV}
+    where = names.get(source, source)
+    said = f"{dtype} from {where}, {chip_note}"
+    limit = chips.prefill_op_limit(chip, dtype)
+    if limit is not None:
+        return Verdict(FAIL, f"{said}: {limit}; pass --mamba-ssm-dtype bfloat16")
+    speculative = _flag(argv, "--speculative-algorithm") is not None
+    verify_limit = chips.verify_op_limit(dtype)
+    if verify_limit is not None and speculative:
+        return Verdict(FAIL, f"{said}, MTP on: {verify_limit}; pass --mamba-ssm-dtype bfloat16")
+    mtp = "MTP on" if speculative else "no --speculative-algorithm"
+    return Verdict(PASS, f"{said}, {mtp}: the prefill op takes it")
+
+
+# --- the whole contract -----------------------------------------------------------------------
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def check(sources: Sources | None = None) -> dict[str, Verdict]:
+    """One verdict per link, in registry order. Never raises."""
+    src = sources or Sources()
+    results: dict[str, Verdict] = {}
+    pool_verdict, pool = pool_layout(src)
+    steps: dict[str, Callable[[], Verdict]] = {
+        "pool_layout": lambda: pool_verdict,
+        "prefill_op": lambda: prefill_op(src, pool),
+        "verify_op": lambda: verify_op(src, pool),
+        "mover": lambda: mover(src, pool),
+        "decode_kernel": lambda: decode_kernel(src, pool),
+        "ssm_dtype": lambda: ssm_dtype(src),
+    }
+    for link in GDN_CONTRACT:
+        try:
+            results[link.name] = steps[link.name]()
+        except Exception as exc:  # a reader's bug must not stop the engine
+            results[link.name] = Verdict(UNKNOWN, f"the check failed: {_error(exc)}")
+    return results
+
+
+def as_json(verdicts: Mapping[str, Verdict]) -> dict[str, dict[str, str]]:
+    return {name: v.as_dict() for name, v in verdicts.items()}
+
+
+def strict_problems(verdicts: Mapping[str, Verdict]) -> tuple[list[str], list[str]]:
+    """(links that fail ``--strict``, unknown links the ledger accepts), by name."""
+    failing, accepted = [], []
+    for link in GDN_CONTRACT:
+        verdict = verdicts.get(link.name, Verdict(UNKNOWN, "not checked")).verdict
+        if verdict == FAIL or (verdict == UNKNOWN and link.unknown_fails_strict):
+            failing.append(link.name)
+        elif verdict == UNKNOWN:
+            accepted.append(link.name)
+    return failing, accepted
+
+
+NEXT = {
+    PASS: None,
+    FAIL: "the state is read in another order or dtype than it is written: see docs/patches.md "
+    "(the GDN state contract) and the runbook's garbled-output section",
+    UNKNOWN: "the check could not read this link; the evidence says what is missing",
+}
+_LEVEL = {PASS: "info", FAIL: "error", UNKNOWN: "warning"}
+
+
+def report(sources: Sources | None = None) -> dict[str, Verdict]:
+    """Check, log one line per link, and write ``gdn_contract`` to the state file."""
+    verdicts = check(sources)
+    for name, v in verdicts.items():
+        log(
+            _LEVEL[v.verdict],
+            "gdn_contract.link",
+            link=name,
+            verdict=v.verdict,
+            evidence=v.evidence,
+            pid=os.getpid(),
+            next=NEXT[v.verdict],
+        )
+    write_gdn_contract(as_json(verdicts))
+    return verdicts

@@ -131,16 +131,19 @@ class HuggingFace:
         if offset:
             headers["Range"] = f"bytes={offset}-"
         timeout = httpx.Timeout(self.read_timeout, connect=self.connect_timeout)
+        client = get_session()
         try:
-            with get_session().stream(
-                "GET", url, headers=headers, timeout=timeout, follow_redirects=True
-            ) as resp:
-                start = _start(resp.status_code, offset)
-                if start is None:
-                    raise _status_error(self.source, resp.status_code, f.path, self.TOKEN_ENV)
-                yield Stream(start, _guard(resp.iter_raw(CHUNK), httpx.TransportError))
+            request = client.build_request("GET", url, headers=headers, timeout=timeout)
+            resp = client.send(request, stream=True, follow_redirects=True)
         except httpx.TransportError as exc:
             raise TransientError(f"{f.path}: {type(exc).__name__}: {exc}") from None
+        try:
+            start = _start(resp.status_code, offset)
+            if start is None:
+                raise _status_error(self.source, resp.status_code, f.path, self.TOKEN_ENV)
+            yield Stream(start, _guard(resp.iter_raw(CHUNK), httpx.TransportError))
+        finally:
+            resp.close()
 
 
 class ModelScope:
@@ -161,9 +164,11 @@ class ModelScope:
         if self._api is None:
             with warnings.catch_warnings():  # MODELSCOPE_DOMAIN is "deprecated" but honoured
                 warnings.simplefilter("ignore", FutureWarning)
-                from modelscope_hub import HubApi
+                from modelscope_hub import HubApi, HubConfig
 
-                self._api = HubApi(token=self.token)
+                # A fresh config reads MODELSCOPE_ENDPOINT / MODELSCOPE_DOMAIN now (the client's
+                # default config is read once per process).
+                self._api = HubApi(config=HubConfig(token=self.token))
         return self._api
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -244,21 +249,26 @@ class ModelScope:
             headers["Cookie"] = f"m_session_id={self.token}"
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        errors = (requests.RequestException, OSError)
+        from urllib3.exceptions import HTTPError
+
+        errors = (requests.RequestException, HTTPError, OSError)
         try:
-            with self._session.get(
+            resp = self._session.get(
                 url,
                 headers=headers,
                 stream=True,
                 timeout=(self.connect_timeout, self.read_timeout),
                 allow_redirects=True,
-            ) as resp:
-                start = _start(resp.status_code, offset)
-                if start is None:
-                    raise _status_error(self.source, resp.status_code, f.path, self.TOKEN_ENV)
-                yield Stream(start, _guard(resp.raw.stream(CHUNK, decode_content=False), errors))
+            )
         except errors as exc:
             raise TransientError(f"{f.path}: {type(exc).__name__}: {exc}") from None
+        try:
+            start = _start(resp.status_code, offset)
+            if start is None:
+                raise _status_error(self.source, resp.status_code, f.path, self.TOKEN_ENV)
+            yield Stream(start, _guard(resp.raw.stream(CHUNK, decode_content=False), errors))
+        finally:
+            resp.close()
 
 
 def _start(status: int, offset: int) -> int | None:

@@ -19,10 +19,11 @@ import warnings
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
-from qwen_npu.patches import core, hook, state
+from qwen_npu.patches import core, gdn_contract, hook, state
 from qwen_npu.patches.log import get_logger
 from qwen_npu.patches.registry import (
     ENV_DISABLE,
+    GDN_CONTRACT,
     OK_STATES,
     PATCHES,
     PatchInfo,
@@ -97,8 +98,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         logger.setLevel("WARNING")  # the table says what the INFO lines would
     try:
         rows = verify_all()
+        contract = gdn_contract.check()
     finally:
         logger.setLevel(level)
+    broken, accepted = gdn_contract.strict_problems(contract)
     bad = [r for r in rows if r["state"] not in OK_STATES]
     idle = [r for r in rows if r["state"] == "applied" and r.get("effect") == "ignored"]
     _, unknown = disabled_patches(os.environ)
@@ -112,7 +115,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"ok": not (bad or idle or unknown), "strict": args.strict, "patches": rows},
+                {
+                    "ok": not (bad or idle or unknown or broken),
+                    "strict": args.strict,
+                    "patches": rows,
+                    "gdn_contract": gdn_contract.as_json(contract),
+                },
                 indent=2,
             )
         )
@@ -125,7 +133,28 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 f"{r['name']}: applied without effect: next: {core.NEXT_WITHOUT_EFFECT}",
                 file=sys.stderr,
             )
-    return 1 if (args.strict and (bad or idle or unknown)) else 0
+        _print_contract(contract, broken, accepted)
+    return 1 if (args.strict and (bad or idle or unknown or broken)) else 0
+
+
+def _print_contract(
+    contract: dict[str, gdn_contract.Verdict], broken: list[str], accepted: list[str]
+) -> None:
+    """The GDN state contract's verdicts; on stderr, what fails --strict and what it accepts."""
+    width = max(len(name) for name in contract)
+    for name, v in contract.items():
+        print(f"gdn_contract {name.ljust(width)}  {v.verdict:<8} {v.evidence}")
+    for name in broken:
+        v = contract[name]
+        print(
+            f"gdn_contract {name}: {v.verdict}: next: {gdn_contract.NEXT[v.verdict]}",
+            file=sys.stderr,
+        )
+    if accepted:
+        why = "; ".join(
+            f"{link.name}: {link.unknown_why}" for link in GDN_CONTRACT if link.name in accepted
+        )
+        print(f"gdn_contract: unknown, accepted by the ledger: {why}", file=sys.stderr)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -169,6 +198,9 @@ def _parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="exit 1 unless all applied/upstream-fixed"
     )
     ver.add_argument("--json", action="store_true")
+    # Read by the GDN contract's ssm_dtype link (from the command line, as in the engine).
+    ver.add_argument("--model-path", metavar="DIR", help="the checkpoint whose config.json to read")
+    ver.add_argument("--mamba-ssm-dtype", metavar="DTYPE", help="the engine's --mamba-ssm-dtype")
     ver.set_defaults(func=_cmd_verify)
     ex = sub.add_parser("explain", help="what a patch does, why, and when to remove it")
     ex.add_argument("name")

@@ -156,7 +156,7 @@ def build_sglang_pool() -> tuple[Any, Any, list[Any], str]:
 def _short(path: str | os.PathLike[str] | None) -> str:
     """A path from its ``sglang/`` or ``sgl_kernel_npu/`` folder on (what a reader can find)."""
     text = str(path)
-    for anchor in ("/sglang/", "/sgl_kernel_npu/", "/tests/"):
+    for anchor in ("/tests/", "/sglang/", "/sgl_kernel_npu/"):
         if anchor in text:
             return anchor.strip("/") + "/" + text.split(anchor, 1)[1]
     return text

@@ -33,6 +33,9 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
     "qwen_npu.patches.mamba_scatter_ub_aware": (
         "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend",
     ),
+    "qwen_npu.patches.gdn_decode_state_layout": (
+        "sglang.srt.layers.attention.linear.kernels.gdn_triton",
+    ),
 }
 ENV_HOOK = "QWEN_NPU_PATCHES_HOOK"
 

@@ -85,9 +85,91 @@ PATCHES: tuple[PatchInfo, ...] = (
         ),
         module="qwen_npu.patches.mamba_scatter_ub_aware",
     ),
+    PatchInfo(
+        name="gdn-decode-state-layout",
+        target="sglang.srt.layers.attention.linear.kernels.gdn_triton:TritonGDNKernel.decode",
+        why=(
+            "Without speculation (mtp.enabled=false, the mtp-off lever) the GDN decode step runs "
+            "sgl-kernel-npu's Triton kernel fused_sigmoid_gating_delta_rule_update_decode_npu, "
+            "which addresses the SSM state K-major (k*V + v) while SGLang's pool and the AscendC "
+            "prefill and verify ops hold it V-major (v*K + k); with V = K = 128 nothing fails and "
+            "the state is read and written transposed (wrong text). The patch hands the kernel "
+            "the batch's states as a K-major copy and writes them back V-major."
+        ),
+        upstream_pr=UPSTREAM_PR,
+        remove_when=(
+            "The installed decode kernel addresses the state V-major (sgl-kernel-npu issue #640; "
+            "the patch then reports upstream-fixed), or SGLang's TritonGDNKernel.decode hands it "
+            "a K-major state itself."
+        ),
+        module="qwen_npu.patches.gdn_decode_state_layout",
+    ),
 )
 
 BY_NAME: dict[str, PatchInfo] = {p.name: p for p in PATCHES}
+
+
+@dataclass(frozen=True)
+class ContractLink:
+    """One link of the GDN state contract (``gdn_contract``): who holds the SSM state how.
+
+    ``unknown_fails_strict``: whether ``patches verify --strict`` fails when the link cannot be
+    read; ``unknown_why`` says why the ledger decided so.
+    """
+
+    name: str
+    what: str
+    unknown_fails_strict: bool
+    unknown_why: str
+
+
+#: The links, in the order of ``gdn_contract`` everywhere (verify, log, state file, sidecar).
+GDN_CONTRACT: tuple[ContractLink, ...] = (
+    ContractLink(
+        "pool_layout",
+        "SGLang's MambaPool, built on CPU in its NPU configuration: contiguous [.., HV, V, K] "
+        "temporal and intermediate states (V-major), no transpose view",
+        True,
+        "it needs only SGLang and torch, which every engine image has",
+    ),
+    ContractLink(
+        "prefill_op",
+        "the extend path's chunk op (AscendC torch.ops.npu.chunk_gated_delta_rule, V-major) "
+        "against the pool's order; a Triton chunk with a V-major pool is SGLang #40398's pair",
+        True,
+        "it reads SGLang's own source",
+    ),
+    ContractLink(
+        "verify_op",
+        "the MTP verify op (AscendC torch.ops.npu.recurrent_gated_delta_rule: raw pointer, "
+        "V-major, bf16 state only) against the pool's order",
+        True,
+        "it reads SGLang's own source",
+    ),
+    ContractLink(
+        "mover",
+        "move_intermediate_cache: a source-order copy, or a stride-honouring one (wrong only "
+        "with a transposed pool view: sgl-kernel-npu #748's pair)",
+        True,
+        "it reads sgl-kernel-npu's Python source, which the image installs",
+    ),
+    ContractLink(
+        "decode_kernel",
+        "the installed plain-decode kernel's state addressing against the pool's (with "
+        "gdn-decode-state-layout when it is K-major)",
+        False,
+        "only an NPU image has the Triton decode kernel's file; a CPU check says what is missing",
+    ),
+    ContractLink(
+        "ssm_dtype",
+        "the SSM state dtype resolved as SGLang resolves it (--mamba-ssm-dtype, "
+        "SGLANG_MAMBA_SSM_DTYPE, config.json mamba_ssm_dtype, float32) against the chip "
+        "(QWEN_NPU_CHIP): bfloat16 on 910B and A3, and for MTP verify everywhere",
+        False,
+        "an image build has no model and no command line; the engine's start-up log has both",
+    ),
+)
+CONTRACT_VERDICTS: tuple[str, ...] = ("pass", "fail", "unknown")
 
 
 def get_patch(name: str) -> PatchInfo:

@@ -7,8 +7,11 @@ torn file and no process overwrites another's entry. ``read_state`` never raises
 treats a missing or corrupt file as "unknown".
 
 Schema (docs/architecture.md): ``schema_version``, ``updated_at``, ``qwen_npu_version``,
-``sglang_version``, ``patches`` (name -> state, target, detail, pid, updated_at) and ``ub_plan``
-(``UbPlan.as_dict()`` keys plus ``cache_shape``, ``pid``, ``updated_at``; null until computed).
+``sglang_version``, ``patches`` (name -> state, target, detail, pid, updated_at), ``ub_plan``
+(``UbPlan.as_dict()`` keys plus ``cache_shape``, ``pid``, ``updated_at``; null until computed) and
+``gdn_contract`` (link -> ``{"verdict": "pass"|"fail"|"unknown", "evidence": "..."}``, the links of
+registry.GDN_CONTRACT; absent until a process has checked it: readers take absent links as
+unknown).
 """
 
 from __future__ import annotations
@@ -169,5 +172,19 @@ def write_ub_plan(
         entry["pid"] = os.getpid()
         entry["updated_at"] = time.time()
         data["ub_plan"] = entry
+
+    return _merge(state_dir, update)
+
+
+def write_gdn_contract(
+    links: Mapping[str, Mapping[str, str]], *, state_dir: str | Path | None = None
+) -> Path | None:
+    """Record the GDN state contract's verdicts (``gdn_contract``: link -> verdict, evidence)."""
+
+    def update(data: dict[str, Any]) -> None:
+        data["gdn_contract"] = {
+            name: {"verdict": str(link["verdict"]), "evidence": str(link["evidence"])}
+            for name, link in links.items()
+        }
 
     return _merge(state_dir, update)

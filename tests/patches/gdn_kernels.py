@@ -1,0 +1,181 @@
+"""Stand-ins for the GDN kernels SGLang 0.5.23 calls on Ascend, and a float64 reference.
+
+Why this exists: sgl-kernel-npu ships only as per-CANN wheels and its AscendC ops need an NPU; the
+decode kernel is Triton and runs under Triton's CPU interpreter (``TRITON_INTERPRET=1``, set by
+``interpreted()`` while a kernel module is decorated). Written here from reading its source
+(sgl-kernel-npu ``python/sgl_kernel_npu/sgl_kernel_npu/fla/
+fused_sigmoid_gating_recurrent_decode_optimized.py``, PR #740 and its later stored version):
+
+- the wrapper ``fused_sigmoid_gating_delta_rule_update_decode_npu`` has the real parameters; q/k
+  are ``[1, T, H, K]``, v ``[1, T, HV, V]`` with ``cu_seqlens`` (one token per sequence in decode);
+  it launches a 1-D grid capped at the vector-core count, each program looping over (sequence,
+  value head) tiles, V in blocks of ``min(next_pow2(V), 64)``, and returns ``o.view(v.shape)``;
+- gating per (sequence, head): ``g = -exp(A_log) * softplus(a + dt_bias)`` (beta 1, threshold
+  20), decay ``exp(g)``, ``beta = sigmoid(b)``; q and k L2-normalised (``+1e-6``), q scaled by
+  ``K**-0.5``; delta rule ``h *= decay; v -= sum_k h*k; v *= beta; h += k v^T; o = sum_k h*q``,
+  all in fp32, the state stored back in the pool's dtype;
+- the state of slot ``idx`` is read and written at ``idx*HV*K*V + i_hv*K*V + o_k*V + o_v``
+  (K-major); a negative ``idx`` starts from zeros and stores nothing.
+
+``KERNEL_SOURCE`` with ``V_MAJOR_ADDRESS`` in place of ``K_MAJOR_ADDRESS`` is the same kernel
+addressing V-major (sgl-kernel-npu issue #640's fix): ``load(...)`` writes either to a file and
+imports it. The float64 reference (``reference_decode``) and the verify stand-in
+(``reference_verify``, V-major bf16 like the AscendC ``recurrent_gated_delta_rule``, writing the
+intermediate cache) are plain torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+KERNEL_FILE = HERE / "gdn_decode_kernel_template.py"
+K_MAJOR_ADDRESS = "o_k[:, None] * V + o_v[None, :]"
+V_MAJOR_ADDRESS = "o_v[None, :] * K + o_k[:, None]"
+
+
+@contextlib.contextmanager
+def interpreted() -> Iterator[None]:
+    """``TRITON_INTERPRET=1`` while a kernel module is decorated (``triton.jit`` reads it then)."""
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def kernel_source(layout: str = "k-major") -> str:
+    source = KERNEL_FILE.read_text()
+    assert K_MAJOR_ADDRESS in source
+    return source if layout == "k-major" else source.replace(K_MAJOR_ADDRESS, V_MAJOR_ADDRESS)
+
+
+def load(directory: Path, layout: str = "k-major") -> ModuleType:
+    """The decode stand-in addressing ``layout``, written to ``directory`` and imported."""
+    path = directory / f"gdn_decode_{layout.replace('-', '_')}.py"
+    path.write_text(kernel_source(layout))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    with interpreted():
+        import triton.experimental.gluon  # noqa: F401  (imported lazily at launch; asserts the mode)
+
+        spec.loader.exec_module(module)
+    return module
+
+
+def gating(
+    A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(decay, beta) per (token, value head), float64."""
+    x = a.double() + dt_bias.double()
+    softplus = torch.where(x <= 20.0, torch.log1p(torch.exp(x)), x)
+    decay = torch.exp(-torch.exp(A_log.double()) * softplus)
+    return decay, torch.sigmoid(b.double())
+
+
+def _normalised(x: torch.Tensor) -> torch.Tensor:
+    return x / (x.norm(dim=-1, keepdim=True) + 1e-6)
+
+
+def step(
+    state: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    decay: torch.Tensor,
+    beta: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the gated delta rule on math states ``S[n, hv, k, v]`` (any float dtype).
+
+    q, k: ``[N, H, K]`` (grouped over HV), v: ``[N, HV, V]``, decay/beta: ``[N, HV]``.
+    Returns (new state, output ``[N, HV, V]``).
+    """
+    heads, value_heads = q.shape[1], v.shape[1]
+    group = value_heads // heads
+    qn = _normalised(q).repeat_interleave(group, dim=1) * q.shape[-1] ** -0.5
+    kn = _normalised(k).repeat_interleave(group, dim=1)
+    state = state * decay[..., None, None]
+    delta = (v - torch.einsum("nhkv,nhk->nhv", state, kn)) * beta[..., None]
+    state = state + kn[..., :, None] * delta[..., None, :]
+    return state, torch.einsum("nhkv,nhk->nhv", state, qn)
+
+
+def reference_decode(
+    states: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    A_log: torch.Tensor,
+    a: torch.Tensor,
+    dt_bias: torch.Tensor,
+    b: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 decode of one token per request from math states ``[N, HV, K, V]``."""
+    decay, beta = gating(A_log, a, dt_bias, b)
+    return step(states.double(), q.double(), k.double(), v.double(), decay, beta)
+
+
+def reference_verify(
+    pool: torch.Tensor,
+    intermediate: torch.Tensor,
+    slots: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    decay: torch.Tensor,
+    beta: torch.Tensor,
+) -> torch.Tensor:
+    """The AscendC verify op in miniature: D draft tokens per request from ``pool[slots]``.
+
+    Like ``recurrent_gated_delta_rule`` (csrc/recurrent_gated_delta_rule, the only instantiation
+    ``RGDR<bfloat16_t, bfloat16_t>``, no dtype check in its host): it reads the pool through its
+    raw pointer as bf16 states laid out V-major, slot ``s`` at ``s*HV*V*K`` elements, whatever the
+    tensor's dtype or strides; computes in fp32; writes step ``t`` of request ``i`` to the
+    intermediate cache the same raw way, at entry ``i*D + t`` (SGLang passes
+    ``ssm_state_indices = arange(N*D)``); and leaves the pool untouched.
+    pool: one layer ``[S, HV, V, K]``; intermediate: one layer ``[S', D, HV, V, K]``;
+    q, k: ``[N, D, H, K]``; v: ``[N, D, HV, V]``; decay, beta: ``[N, D, HV]``.
+    Returns the outputs ``[N, D, HV, V]`` (fp32).
+    """
+    requests, draft = q.shape[:2]
+    value_heads, v_dim = v.shape[2:]
+    k_dim = q.shape[-1]
+    plane = value_heads * v_dim * k_dim
+    source, sink = _raw_bf16(pool), _raw_bf16(intermediate)
+    outputs = []
+    for i in range(requests):
+        at = int(slots[i]) * plane
+        s = source[at : at + plane].view(value_heads, v_dim, k_dim).float().mT[None]
+        row = []
+        for t in range(draft):
+            s, o = step(s, q[i : i + 1, t].float(), k[i : i + 1, t].float(), v[i : i + 1, t].float(),
+                        decay[i : i + 1, t].float(), beta[i : i + 1, t].float())  # fmt: skip
+            entry = (i * draft + t) * plane
+            sink[entry : entry + plane] = s[0].mT.reshape(-1).to(torch.bfloat16)
+            row.append(o[0])
+        outputs.append(torch.stack(row))
+    return torch.stack(outputs)
+
+
+def _raw_bf16(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor's memory from its first element on, as a flat run of bf16 values (a raw
+    pointer's view: dtype and strides ignored)."""
+    storage = tensor.untyped_storage()
+    start = tensor.storage_offset() * tensor.element_size() // 2
+    flat = torch.empty(0, dtype=torch.bfloat16)
+    flat.set_(storage, 0, (storage.nbytes() // 2,), (1,))
+    return flat[start:]

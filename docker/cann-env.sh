@@ -15,8 +15,11 @@
 # the entrypoint's own bash already loads it through BASH_ENV; its explicit `.` is then a no-op.)
 
 qwen_npu_load_cann_env() {
-    local script saved_opts
+    local script saved_opts errexit=0
+    # Every shell option as the caller had it; errexit apart, since a command substitution does not
+    # inherit it ($(set +o) always says `set +o errexit`).
     saved_opts=$(set +o)
+    case $- in *e*) errexit=1 ;; esac
     set +eu
     for script in ${QWEN_NPU_CANN_ENV_SCRIPTS:-/usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh}; do
         if [ ! -r "$script" ]; then
@@ -36,6 +39,7 @@ qwen_npu_load_cann_env() {
         esac
     done
     eval "$saved_opts"
+    if [ "$errexit" = 1 ]; then set -e; fi
     export QWEN_NPU_CANN_ENV_LOADED=1
 }
 

@@ -21,30 +21,85 @@ fi
 # shellcheck source=docker/cann-env.sh
 . "${QWEN_NPU_CANN_ENV_FILE:-/usr/local/lib/qwen-npu/cann-env.sh}"
 
-# NPU devices (docs/images.md "NPU devices"). Device plugins set ASCEND_VISIBLE_DEVICES; CANN's
-# runtime and torch_npu read ASCEND_RT_VISIBLE_DEVICES: copy it over when only the former is set.
-if [ -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ] && [ -n "${ASCEND_VISIBLE_DEVICES:-}" ]; then
-    export ASCEND_RT_VISIBLE_DEVICES="$ASCEND_VISIBLE_DEVICES"
-    echo "qwen-npu-entrypoint level=info event=visible_devices_mapped ASCEND_RT_VISIBLE_DEVICES=$ASCEND_RT_VISIBLE_DEVICES" >&2
-fi
+# NPU devices (docs/images.md "NPU devices"). The device plugin sets ASCEND_VISIBLE_DEVICES to the
+# physical ids it allocated (e.g. 4,5); torch_npu numbers the devices the container sees 0..n-1 and
+# reads ASCEND_RT_VISIBLE_DEVICES as such logical ids. A container that sees exactly its own devices
+# needs no variable; one that sees more (privileged: every /dev/davinciN of the node) gets the
+# positions of its allocated devices among the ones it sees. An ASCEND_RT_VISIBLE_DEVICES that is
+# already set is kept. QWEN_NPU_DEV_DIR overrides /dev for tests.
+qwen_npu_ids() {  # the comma-separated entries of $1, one a line, blanks removed
+    local entry IFS=,
+    for entry in $1; do
+        entry="${entry//[[:space:]]/}"
+        if [ -n "$entry" ]; then echo "$entry"; fi
+    done
+}
 
-# The visible NPU count: the entries of ASCEND_RT_VISIBLE_DEVICES when set, else the /dev/davinciN
-# device entries (QWEN_NPU_DEV_DIR overrides /dev for tests).
-qwen_npu_visible_npus() {
-    local count=0 entry
-    if [ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]; then
-        local IFS=,
-        for entry in $ASCEND_RT_VISIBLE_DEVICES; do
-            entry="${entry//[[:space:]]/}"
-            if [ -n "$entry" ]; then count=$((count + 1)); fi
+qwen_npu_device_nodes() {  # the N of every /dev/davinciN the container sees, ascending
+    local node
+    for node in "${QWEN_NPU_DEV_DIR:-/dev}"/davinci[0-9]*; do
+        if [ -e "$node" ]; then echo "${node##*/davinci}"; fi
+    done | sort -n
+}
+
+qwen_npu_map_devices() {
+    if [ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ] || [ -z "${ASCEND_VISIBLE_DEVICES:-}" ]; then
+        return 0
+    fi
+    local -a allocated seen
+    local id position logical=""
+    mapfile -t allocated < <(qwen_npu_ids "$ASCEND_VISIBLE_DEVICES")
+    mapfile -t seen < <(qwen_npu_device_nodes)
+    if [ "${#seen[@]}" -le "${#allocated[@]}" ]; then
+        return 0  # the runtime sees only what was allocated (or less: the count check says so)
+    fi
+    for id in "${allocated[@]}"; do
+        for position in "${!seen[@]}"; do
+            if [ "${seen[$position]}" = "$id" ]; then
+                logical="${logical:+$logical,}$position"
+                continue 2
+            fi
         done
+        echo "qwen-npu-entrypoint level=error event=allocated_npu_not_visible ASCEND_VISIBLE_DEVICES=$ASCEND_VISIBLE_DEVICES" \
+            "missing=$id seen=$(IFS=,; echo "${seen[*]}") next=\"give the container the allocated devices (device plugin) or set ASCEND_RT_VISIBLE_DEVICES\"" >&2
+        exit 3
+    done
+    export ASCEND_RT_VISIBLE_DEVICES="$logical"
+    echo "qwen-npu-entrypoint level=info event=visible_devices_mapped ASCEND_VISIBLE_DEVICES=$ASCEND_VISIBLE_DEVICES" \
+        "seen=${#seen[@]} ASCEND_RT_VISIBLE_DEVICES=$ASCEND_RT_VISIBLE_DEVICES" >&2
+}
+qwen_npu_map_devices
+
+# The NPU count torch_npu will see: the entries of ASCEND_RT_VISIBLE_DEVICES when set, else the
+# /dev/davinciN device entries.
+qwen_npu_visible_npus() {
+    local count
+    if [ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]; then
+        count="$(qwen_npu_ids "$ASCEND_RT_VISIBLE_DEVICES" | wc -l)"
         echo "$count ASCEND_RT_VISIBLE_DEVICES"
         return
     fi
-    for entry in "${QWEN_NPU_DEV_DIR:-/dev}"/davinci[0-9]*; do
-        if [ -e "$entry" ]; then count=$((count + 1)); fi
-    done
+    count="$(qwen_npu_device_nodes | wc -l)"
     echo "$count ${QWEN_NPU_DEV_DIR:-/dev}/davinci[0-9]*"
+}
+
+# The full patch check before the model load (the image build could only read the sources): every
+# patch applied or fixed upstream, else one line and the pod stops. Its output is kept in the state
+# directory; the patches' states land in state.json, which the sidecar exports.
+qwen_npu_verify_patches() {
+    local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line
+    mkdir -p "$dir" 2>/dev/null || true
+    if [ ! -w "$dir" ]; then dir=/tmp; fi
+    out="$dir/patches-verify.log"
+    if line="$("${QWEN_NPU_PYTHON:-python3}" -m qwen_npu.cli patches verify --strict --startup 2>"$out")"; then
+        echo "$line" >&2
+        return 0
+    fi
+    if [ -z "$line" ]; then
+        line="qwen_npu.patches level=error event=verify_failed detail=\"$(tail -n1 "$out" | tr '"' "'")\""
+    fi
+    echo "$line log=$out" >&2
+    exit 4
 }
 
 if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
@@ -69,6 +124,10 @@ if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
         fi
         echo "qwen-npu-entrypoint level=info event=npu_count_ok visible=$visible expected=$expected from=$counted_from" >&2
     fi
+    case "${1:-}" in
+        -h | --help) ;;
+        *) qwen_npu_verify_patches ;;
+    esac
     set -- "${QWEN_NPU_PYTHON:-python3}" -m sglang.launch_server "$@"
 fi
 # Program and argument count only: flags may carry secrets (--api-key); SGLang logs its own args.

@@ -8,15 +8,18 @@
 #   make image CHIP=a3 PLATFORM=linux/arm64
 #   make image-engine-cpu            # ENGINE_FLAVOUR=cpu: the CPU stand-in, built here with podman
 # Stages. ENGINE_FLAVOUR picks the first two; everything after them is shared by both flavours:
-#   base-npu   the CANN image               base-cpu   a Python base (stand-in, no CANN)
+#   base-npu   the CANN image               base-cpu   python:<ENGINE_PYTHON_VERSION> (no CANN)
 #   stack-npu  torch + torch_npu,           stack-cpu  the CPU torch, SGLang's wheel and what its
-#              triton-ascend, SGLang from              modules import (requirements/sglang-cpu.txt),
-#              its tag, sgl-kernel-npu                 tests/stubs for the NPU-only packages
-#   builder    stack-<flavour> + sglang-router, all in /opt/venv
+#              triton-ascend + pybind11,               modules import (requirements/sglang-cpu.txt),
+#              SGLang from its tag,                    tests/stubs for the NPU-only packages, and a
+#              sgl-kernel-npu                          torch_npu without devices (the build host's)
+#   builder    stack-<flavour> + sglang-router, all in /opt/venv; then (npu) triton-ascend again
+#              over any upstream triton, and the check that nothing shadows it
 #   qwen-npu   builder + qwen-npu (the .pth hook); its files alone in /opt/qwen-npu (a small layer)
 #   engine     base-<flavour> + tini + user + /opt/venv (builder's, then qwen-npu's files) +
-#              entrypoint, then the build checks
-#              (SGLang version, .pth hook, `qwen-npu patches verify --strict`)
+#              entrypoint, then the build checks (SGLang version, .pth hook, triton-ascend's backend,
+#              `qwen-npu patches verify --build --strict`: no NPU at build time). The full
+#              `verify --strict` runs at engine start, in the entrypoint, before the model load.
 
 ARG CANN_BASE_IMAGE=quay.io/ascend/cann
 ARG CANN_VERSION=9.1.0
@@ -26,7 +29,9 @@ ARG BASE_OS=ubuntu22.04
 ARG ENGINE_PYTHON_VERSION=3.12
 # npu (the image, the default) or cpu (the stand-in that builds without CANN; docs/images.md)
 ARG ENGINE_FLAVOUR=npu
-# The cpu flavour's base: the CPU test environment's Python on the sidecar's Debian release
+# The cpu flavour: its base is the engine's Python on the sidecar's Debian release; its CPU torch
+# stack runs TEST_PYTHON_VERSION (the CPU torch wheel make's wheelhouse has; it may equal the
+# engine's Python where a CPU torch wheel for it is reachable)
 ARG TEST_PYTHON_VERSION=3.11
 ARG SIDECAR_DEBIAN_RELEASE=bookworm
 
@@ -43,11 +48,11 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
 
-FROM python:${TEST_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS base-cpu
-ARG TEST_PYTHON_VERSION
+FROM python:${ENGINE_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS base-cpu
+ARG ENGINE_PYTHON_VERSION
 ARG SIDECAR_DEBIAN_RELEASE
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-LABEL org.opencontainers.image.base.name="python:${TEST_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"
+LABEL org.opencontainers.image.base.name="python:${ENGINE_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"
 ENV VIRTUAL_ENV=/opt/venv \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -64,11 +69,19 @@ ARG ENGINE_PYTHON_VERSION
 ARG SGLANG_VERSION=0.5.23
 ARG NPU_TORCH_VERSION=2.10.0
 ARG NPU_TORCHVISION_VERSION=0.25.0
-ARG TORCH_NPU_VERSION=2.10.0.post6
+ARG TORCH_NPU_VERSION=2.10.0.post4
 ARG TRITON_ASCEND_VERSION=3.2.2
+ARG PYBIND11_VERSION=2.13.6
+ARG MEMFABRIC_HYBRID_VERSION=1.1.4
+ARG MEMFABRIC_ZBAL_VERSION=1.1.3
 ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
 # Where the artefacts come from (mirrors can be swapped in; the versions stay pinned above).
 ARG PIP_INDEX_URL=https://pypi.org/simple
+# An extra index for torch_npu only, empty by default: every pin above resolves from PIP_INDEX_URL
+# for Python 3.12 on x86_64 and aarch64 (tests/docker/test_wheel_resolution.py asks PyPI). SGLang's
+# own CANN 9.1.0 image takes 2.10.0.post6 from Huawei's index, which has its x86_64 cp312 wheel:
+#   make image TORCH_NPU_VERSION=2.10.0.post6 TORCH_NPU_INDEX_URL=https://ascend.devcloud.huaweicloud.com/pypi/simple/
+ARG TORCH_NPU_INDEX_URL=
 ARG PYTORCH_CPU_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG SGLANG_REPO=https://github.com/sgl-project/sglang.git
 ARG TRITON_ASCEND_URL=https://github.com/triton-lang/triton-ascend/releases/download
@@ -86,19 +99,31 @@ RUN printf '%s\n' "torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_
         "torch-npu==${TORCH_NPU_VERSION}" > /tmp/constraints.txt \
     && pip install --index-url "${PYTORCH_CPU_INDEX_URL}" \
         "torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_VERSION}" \
-    && pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
-        "torch-npu==${TORCH_NPU_VERSION}"
+    && pip install --index-url "${PIP_INDEX_URL}" ${TORCH_NPU_INDEX_URL:+--extra-index-url "${TORCH_NPU_INDEX_URL}"} \
+        -c /tmp/constraints.txt "torch-npu==${TORCH_NPU_VERSION}"
 
-# triton-ascend: a release wheel per CPU architecture and Python ABI (not on PyPI at this version).
+# triton-ascend: a release wheel per CPU architecture and Python ABI (not on PyPI at this version),
+# without its dependencies (its wheel may pin upstream triton, which replaces triton-ascend's files),
+# and pybind11, whose headers it compiles its kernel launcher with at run time. The wheel stays in
+# /opt/triton-ascend for the builder stage, which installs it again after the last install.
 RUN py="cp$(echo "${ENGINE_PYTHON_VERSION}" | tr -d .)" && arch="$(uname -m)" \
     && wheel="triton_ascend-${TRITON_ASCEND_VERSION}-${py}-${py}-manylinux_2_27_${arch}.manylinux_2_28_${arch}.whl" \
-    && pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
-        "${TRITON_ASCEND_URL}/v${TRITON_ASCEND_VERSION}/${wheel}"
+    && mkdir -p /opt/triton-ascend \
+    && curl -fsSL --retry 3 -o "/opt/triton-ascend/${wheel}" "${TRITON_ASCEND_URL}/v${TRITON_ASCEND_VERSION}/${wheel}" \
+    && pip install --no-deps "/opt/triton-ascend/${wheel}" \
+    && pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt "pybind11==${PYBIND11_VERSION}"
 
 # SGLang from its release tag with the NPU project file (the srt_npu extra), version pinned for
-# setuptools-scm since the shallow clone carries no history.
+# setuptools-scm since the shallow clone carries no history. The file's memfabric pins are rewritten
+# to releases with Python 3.12 wheels (memfabric-zbal 1.1.2 has cp311 wheels only; SGLang's own
+# py3.12 images drop these pins too); the pins it has after that are printed in the build log.
 RUN git clone --depth 1 --branch "v${SGLANG_VERSION}" "${SGLANG_REPO}" /tmp/sglang \
     && mv /tmp/sglang/python/pyproject_npu.toml /tmp/sglang/python/pyproject.toml \
+    && sed -i -E \
+        -e "s/\"memfabric-hybrid==[^\"]*\"/\"memfabric-hybrid==${MEMFABRIC_HYBRID_VERSION}\"/" \
+        -e "s/\"memfabric-zbal==[^\"]*\"/\"memfabric-zbal==${MEMFABRIC_ZBAL_VERSION}\"/" \
+        /tmp/sglang/python/pyproject.toml \
+    && { grep -nE '"[A-Za-z0-9_.-]+==' /tmp/sglang/python/pyproject.toml || true; } \
     && SETUPTOOLS_SCM_PRETEND_VERSION="${SGLANG_VERSION}" \
         pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt "/tmp/sglang/python[srt_npu]" \
     && rm -rf /tmp/sglang \
@@ -129,8 +154,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TEST_PYTHON_VERSION
 ARG SGLANG_VERSION=0.5.23
 ARG TEST_TORCH_VERSION=2.13.0
-RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${TEST_PYTHON_VERSION}', v" \
-    && python3 -m venv "${VIRTUAL_ENV}"
+RUN "python${TEST_PYTHON_VERSION}" -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${TEST_PYTHON_VERSION}', v" \
+    && "python${TEST_PYTHON_VERSION}" -m venv "${VIRTUAL_ENV}"
 ENV PATH=/opt/venv/bin:${PATH}
 # The CPU torch and what SGLang's modules import on CPU (the test environment's list), then
 # SGLang's wheel without its GPU dependencies: offline, from the wheelhouse only.
@@ -143,6 +168,8 @@ RUN --mount=type=bind,from=wheels,target=/wheels \
     && rm /tmp/sglang-cpu.txt
 # The CPU stand-ins of the NPU-only packages (torchvision, sgl_kernel_npu): tests/stubs/README.md.
 COPY tests/stubs/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-packages/
+# The build host's torch_npu: loaded by `import torch`, no device (docker/cpu-standin/torch_npu).
+COPY docker/cpu-standin/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-packages/
 
 # ---------------------------------------------------------------------------------------------
 # From here on both flavours share every line.
@@ -152,9 +179,23 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG SGLANG_ROUTER_VERSION=0.3.2
 ARG PIP_INDEX_URL=https://pypi.org/simple
 
+ARG ENGINE_FLAVOUR=npu
+
 # sglang-router: the chart's optional cache-aware router runs from this same image.
 RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
         "sglang-router==${SGLANG_ROUTER_VERSION}"
+
+# After the last install (npu): a package installed after triton-ascend can bring upstream triton
+# (xgrammar requires it on x86_64; triton-ascend's own wheel pins it), whose files replace the
+# `triton` package triton-ascend provides; nothing at build time launches a kernel, so only the
+# first request would find out. Remove it, put triton-ascend back without dependencies, and fail
+# unless triton-ascend and pybind11 are installed and no upstream triton is.
+RUN if [ "${ENGINE_FLAVOUR}" = npu ]; then \
+        pip uninstall -y triton \
+        && pip install --no-deps --force-reinstall /opt/triton-ascend/*.whl \
+        && rm -rf /opt/triton-ascend \
+        && python3 -c "import importlib.metadata as m, sys; d = {x.metadata['Name'].lower().replace('_', '-') for x in m.distributions()}; print('triton-ascend', m.version('triton-ascend'), 'pybind11', m.version('pybind11')); sys.exit('upstream triton is installed over triton-ascend' if 'triton' in d else None)"; \
+    fi
 
 # ---------------------------------------------------------------------------------------------
 # qwen-npu itself, in a stage of its own: our code changes far more often than the stack, so the
@@ -200,7 +241,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid "${NPU_GID}" HwHiAiUser \
     && useradd --uid "${NPU_UID}" --gid "${NPU_GID}" --create-home --shell /bin/bash HwHiAiUser \
-    && install -d -o "${NPU_UID}" -g "${NPU_GID}" /var/lib/qwen-npu /var/lib/qwen-npu/state
+    && install -d -o "${NPU_UID}" -g "${NPU_GID}" /var/lib/qwen-npu /var/lib/qwen-npu/state \
+    && install -d -m 1777 /var/lib/qwen-npu/home
 
 COPY --from=builder /opt/venv /opt/venv
 COPY --from=qwen-npu /opt/qwen-npu/ /opt/venv/
@@ -218,18 +260,44 @@ ENV PATH=/opt/venv/bin:${PATH} \
     PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
     STREAMS_PER_DEVICE=32 \
     HCCL_BUFFSIZE=1000 \
-    HCCL_OP_EXPANSION_MODE=AIV \
-    SGLANG_SET_CPU_AFFINITY=1
+    HCCL_OP_EXPANSION_MODE=AIV
+# Writable for any uid (the image's user, the node's HwHiAiUser id, root): HOME, CANN's logs, its
+# operator cache and work files (kernel_meta), triton-ascend's and other compiler caches. The chart
+# mounts an emptyDir here. SGLANG_SET_CPU_AFFINITY is the chart's (engine.cpuAffinity), not baked.
+ENV HOME=/var/lib/qwen-npu/home \
+    XDG_CACHE_HOME=/var/lib/qwen-npu/home/.cache \
+    ASCEND_PROCESS_LOG_PATH=/var/lib/qwen-npu/home/ascend/log \
+    ASCEND_CACHE_PATH=/var/lib/qwen-npu/home/ascend/cache \
+    ASCEND_WORK_PATH=/var/lib/qwen-npu/home/ascend/work \
+    TRITON_CACHE_DIR=/var/lib/qwen-npu/home/.triton/cache
 
-# The build fails here when a patch does not apply to the SGLang just installed, or when the .pth
-# hook is missing (the patches would then never load in the engine's spawned processes). No NPU
-# driver exists at build time: the CANN driver stubs stand in for it for the imports.
+# The build fails here when a patch's targets are gone or changed in the SGLang just installed, when
+# the kernel the scatter patch tunes no longer tiles, or when the .pth hook is missing (the patches
+# would then never load in the engine's spawned processes). No NPU exists at build time and SGLang
+# cannot be imported beside torch_npu without one, so this is the check that reads the sources
+# (`verify --build`); the entrypoint runs the full `verify --strict` at engine start. (npu) The CANN
+# driver stubs stand in for the driver for triton-ascend's backend import.
 RUN python3 -c "import importlib.metadata as m; v = m.version('sglang'); assert v == '${SGLANG_VERSION}', v" \
     && python3 -c "import glob, sys, sysconfig; p = sysconfig.get_paths()['purelib']; hooks = [f for f in glob.glob(p + '/*.pth') if 'qwen_npu' in open(f).read()]; print('pth hook:', hooks); sys.exit(0 if hooks else 'the qwen-npu .pth hook is missing from ' + p)" \
-    && LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ASCEND_HOME_PATH:-/usr/local/Ascend/cann-${CANN_VERSION}}/runtime/lib64/stub" \
-        QWEN_NPU_STATE_DIR=/tmp/qwen-npu-verify \
-        /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --strict \
-    && rm -rf /tmp/qwen-npu-verify
+    && if [ "${ENGINE_FLAVOUR}" = npu ]; then \
+        LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ASCEND_HOME_PATH:-/usr/local/Ascend/cann-${CANN_VERSION}}/runtime/lib64/stub" \
+            /usr/local/bin/qwen-npu-entrypoint python3 -c "import triton, triton.backends.ascend; print('triton-ascend backend', triton.__file__)"; \
+    fi \
+    && /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --build --strict
+
+# When the stack's Python is not the engine's (the cpu flavour built where no CPU torch wheel for the
+# engine's Python is reachable: make image-engine-cpu), the build check runs again on the engine's
+# Python, from a venv that holds qwen-npu alone, against the stack's sources (--site).
+RUN stack_py="$(python3 -c "import sys; print('%d.%d' % sys.version_info[:2])")" \
+    && if [ "${stack_py}" != "${ENGINE_PYTHON_VERSION}" ]; then \
+        site="/opt/venv/lib/python${stack_py}/site-packages" \
+        && engine_site="/opt/engine-python/lib/python${ENGINE_PYTHON_VERSION}/site-packages" \
+        && "python${ENGINE_PYTHON_VERSION}" -m venv --without-pip /opt/engine-python \
+        && cp -r "${site}/qwen_npu" "${site}/qwen_npu_patches.pth" "${site}"/qwen_npu-*.dist-info "${engine_site}/" \
+        && find "${engine_site}/qwen_npu" -name __pycache__ -prune -exec rm -rf {} + \
+        && /usr/local/bin/qwen-npu-entrypoint /opt/engine-python/bin/python -m qwen_npu.cli \
+            patches verify --build --strict --site "${site}"; \
+    fi
 
 # Set by `make image` from git (remote URL and commit). Declared here, after the heavy steps, so a
 # new commit changes only the labels and the layers above stay cached.
@@ -253,7 +321,8 @@ LABEL org.opencontainers.image.title="qwen-npu-engine" \
       io.qwen-npu.sgl-kernel-npu.version="${SGL_KERNEL_NPU_VERSION}"
 
 USER ${NPU_UID}:${NPU_GID}
-WORKDIR /home/HwHiAiUser
+# CANN writes kernel_meta and fusion_result.json to the working directory.
+WORKDIR /var/lib/qwen-npu/home
 EXPOSE 30000
 ENTRYPOINT ["/usr/local/bin/qwen-npu-entrypoint"]
 CMD ["--help"]

@@ -3,12 +3,17 @@
 #
 #   make image-test            install podman, make (or reuse) the stand-in base, build the sidecar
 #                              image and the engine's CPU stand-in target with the same Dockerfiles
-#                              and make targets as on a Docker host, then run tests/docker/podman
+#                              and make targets as on a Docker host, then run
+#                              tests/docker/test_podman_images.py
 #   make tools-podman          podman buildah mmdebstrap runc uidmap slirp4netns fuse-overlayfs (apt)
 #   make image-standin-base    python:<SIDECAR_PYTHON_VERSION>-slim-<SIDECAR_DEBIAN_RELEASE> made
 #                              locally: mmdebstrap of that Debian release, the host's CA bundle
-#   make image-engine-cpu      the engine Dockerfile with ENGINE_FLAVOUR=cpu (stand-in base, SGLang's
-#                              wheel, CPU torch, tests/stubs), ending with `patches verify --strict`
+#   make image-standin-engine-base
+#                              python:<ENGINE_PYTHON_VERSION>-slim-<release>: the stand-in base plus
+#                              this machine's CPython of that version (Debian has none)
+#   make image-engine-cpu      the engine Dockerfile with ENGINE_FLAVOUR=cpu (the engine's Python,
+#                              SGLang's wheel, CPU torch, tests/stubs, a torch_npu without devices),
+#                              ending with the build check `patches verify --build --strict`
 #
 # Every podman call reads docker/podman/containers.conf (runc, cgroupfs, file events, ulimits).
 # Builds use `--format docker`: with the default OCI format podman drops HEALTHCHECK.
@@ -33,7 +38,7 @@ HOST_CA_BUNDLE ?= $(or $(PIP_CERT),$(shell $(BIN)/python -m pip config get globa
 ENGINE_CPU_IMAGE := $(REGISTRY)/engine:$(ENGINE_TAG)-cpu-standin
 ENGINE_CPU_WHEELHOUSE := .venv-wheels/engine-cpu
 
-.PHONY: tools-podman image-standin-base image-test image-test-build image-engine-cpu engine-cpu-wheelhouse image-refs
+.PHONY: tools-podman image-standin-base image-standin-engine-base image-test image-test-build image-engine-cpu engine-cpu-wheelhouse image-refs
 
 tools-podman: ## install podman and its helpers (Debian packages) for make image-test
 	@missing=""; for c in $(PODMAN_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
@@ -74,6 +79,29 @@ image-standin-base: tools-podman ## make (or reuse) the stand-in python base ima
 	done; \
 	echo ">> made $(STANDIN_BASE) ($$($(PODMAN) image inspect --format '{{.Size}}' $(STANDIN_BASE)) bytes)"
 
+# The engine's Python for the cpu flavour's base (issue 21): Debian $(SIDECAR_DEBIAN_RELEASE) has no
+# Python $(ENGINE_PYTHON_VERSION) and no registry is reachable, so the stand-in is the stand-in base plus
+# this machine's CPython build of that version (pyenv), without its site-packages, in /usr/local
+# (docker/podman/python-standin.Containerfile). Made once; reused while it exists.
+STANDIN_ENGINE_BASE := docker.io/library/python:$(ENGINE_PYTHON_VERSION)-slim-$(SIDECAR_DEBIAN_RELEASE)
+PYENV_ROOT ?= $(HOME)/.pyenv
+STANDIN_CPYTHON ?= $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(ENGINE_PYTHON_VERSION).*)))
+
+image-standin-engine-base: image-standin-base ## make (or reuse) the stand-in python:<ENGINE_PYTHON_VERSION> base
+	@if $(PODMAN) image exists $(STANDIN_ENGINE_BASE); then echo ">> reusing $(STANDIN_ENGINE_BASE)"; exit 0; fi; \
+	py=python$(ENGINE_PYTHON_VERSION); \
+	test -x "$(STANDIN_CPYTHON)/bin/$$py" || { echo "make $@: no CPython $(ENGINE_PYTHON_VERSION) on this machine ($(PYENV_ROOT)/versions/$(ENGINE_PYTHON_VERSION).*): pyenv install $(ENGINE_PYTHON_VERSION), or set STANDIN_CPYTHON=<its prefix>"; exit 1; }; \
+	echo ">> making $(STANDIN_ENGINE_BASE): $(STANDIN_BASE) plus $(STANDIN_CPYTHON)"; \
+	rm -rf $(OUT)/podman/cpython && mkdir -p $(OUT)/podman/cpython \
+	&& tar -C "$(STANDIN_CPYTHON)" --exclude="lib/$$py/site-packages/*" --exclude="lib/$$py/test" \
+		--exclude="lib/$$py/config-*" -cf - "bin/$$py" "lib/lib$$py.so.1.0" "lib/$$py" | tar -C $(OUT)/podman/cpython -xf - \
+	&& $(PODMAN) build --format docker --network none -f docker/podman/python-standin.Containerfile \
+		--build-arg STANDIN_DEBIAN_BASE=$(STANDIN_BASE) --build-arg PYTHON_VERSION=$(ENGINE_PYTHON_VERSION) \
+		-t $(STANDIN_ENGINE_BASE) $(OUT)/podman/cpython >$(OUT)/podman/standin-engine-base.log 2>&1 \
+		|| { echo "make $@: $(STANDIN_ENGINE_BASE) cannot be made from $(STANDIN_CPYTHON): $$(tail -n1 $(OUT)/podman/standin-engine-base.log)"; exit 1; }; \
+	rm -rf $(OUT)/podman/cpython; \
+	echo ">> made $(STANDIN_ENGINE_BASE) ($$($(PODMAN) image inspect --format '{{.Size}}' $(STANDIN_ENGINE_BASE)) bytes)"
+
 # The engine's cpu flavour installs offline from this wheelhouse (a named build context): the CPU
 # torch wheel at TEST_TORCH_VERSION, requirements/sglang-cpu.txt's closure and SGLang's wheel,
 # fetched once with this machine's pip configuration (its local mirrors make it fast).
@@ -91,10 +119,13 @@ $(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.
 	@touch $@
 
 # Debian's tini replaces Ubuntu's pin in the cpu flavour (same 0.19.0 release, Debian's revision).
+# Its base is the engine's Python; its torch + SGLang stack runs TEST_PYTHON_VERSION, the one CPU
+# torch wheel pip reaches here (PyPI's x86_64 torch is the CUDA build and the PyTorch CPU index is not
+# reachable): the build check then also runs on the engine's Python (docs/images.md).
 ENGINE_CPU_BUILD_ARGS = $(subst TINI_APT_VERSION=$(TINI_APT_VERSION),TINI_APT_VERSION=$(STANDIN_TINI_APT_VERSION),$(ENGINE_BUILD_ARGS)) \
 	--build-arg ENGINE_FLAVOUR=cpu --build-context wheels=$(ENGINE_CPU_WHEELHOUSE)
 
-image-engine-cpu: image-standin-base engine-cpu-wheelhouse ## build the engine Dockerfile's cpu flavour with podman (ends with patches verify --strict)
+image-engine-cpu: image-standin-engine-base engine-cpu-wheelhouse ## build the engine Dockerfile's cpu flavour with podman (ends with patches verify --build --strict)
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) --platform $(PLATFORM) -f docker/engine.Dockerfile \
 		$(ENGINE_CPU_BUILD_ARGS) -t $(ENGINE_CPU_IMAGE) .
 	@echo ">> built $(ENGINE_CPU_IMAGE): the engine Dockerfile's shared stages on the CPU stand-in"
@@ -106,7 +137,7 @@ image-refs:
 # The builds behind image-test: `make image-sidecar` exactly as on a Docker host but with podman,
 # and the engine's cpu flavour. Layers are cached in podman's storage: a second run rebuilds
 # only what changed.
-image-test-build: tools-podman image-standin-base engine-cpu-wheelhouse
+image-test-build: tools-podman image-standin-engine-base engine-cpu-wheelhouse
 	@$(MAKE) --no-print-directory image-sidecar DOCKER=$(PODMAN) DOCKER_BUILD_FLAGS="$(PODMAN_BUILD_FLAGS)"
 	@$(MAKE) --no-print-directory image-engine-cpu
 

@@ -34,7 +34,6 @@ CHART_DIR = REPO / "helm" / "qwen-npu"
 PROFILES_DIR = CHART_DIR / "profiles"
 CI_DIR = CHART_DIR / "ci"
 CHIPS_DIR = CHART_DIR / "chips"
-RECIPES = CHART_DIR / "recipes.yaml"
 CR_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 RELEASE = "qwen-npu"
 NAMESPACE = "llm"
@@ -419,7 +418,7 @@ def _render_all(out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="chart_tool", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.chart", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["render", "package"])
     parser.add_argument("--out", type=Path, default=REPO / "out" / "chart")
     args = parser.parse_args(argv)

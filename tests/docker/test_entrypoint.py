@@ -1,5 +1,6 @@
 """The engine entrypoint, run for real with bash against stand-in CANN scripts and a stand-in
-Python: CANN environment in the child, argument handling, exit status, signal forwarding, tini."""
+Python: CANN environment in the child, argument handling, exit status, signal forwarding, tini,
+the NPU ids handed to the runtime, and the patch check before the model load."""
 
 from __future__ import annotations
 
@@ -14,8 +15,19 @@ import pytest
 from qwen_npu import processes
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# Stand-in for python3: records what it was started with, then behaves as FAKE_MODE says.
+# Stand-in for python3: records what it was started with, then behaves as FAKE_MODE says. The
+# entrypoint's patch check (-m qwen_npu.cli patches verify) is answered apart (FAKE_VERIFY_EXIT).
 out="$FAKE_OUT"
+if [ "$1 $2" = "-m qwen_npu.cli" ]; then
+  shift 2; echo "$*" >> "$out.verify"
+  echo "SGLang import noise" >&2
+  if [ "${FAKE_VERIFY_EXIT:-0}" = 0 ]; then
+    echo 'qwen_npu.patches level=info event=verify_passed patches=4 states="a=applied"'
+  else
+    echo 'qwen_npu.patches level=error event=verify_failed failed="a=drifted" next="fix it"'
+  fi
+  exit "${FAKE_VERIFY_EXIT:-0}"
+fi
 {
   printf '{"argv": ['
   sep=""; for a in "$@"; do printf '%s"%s"' "$sep" "$a"; sep=", "; done
@@ -225,35 +237,79 @@ def lines(done: subprocess.CompletedProcess[str], level: str) -> list[str]:
     return [line for line in done.stderr.splitlines() if f"level={level}" in line]
 
 
-def test_ascend_visible_devices_becomes_the_runtime_variable(
+def davinci(*ids: int) -> list[str]:
+    return [f"davinci{i}" for i in ids] + ["davinci_manager", "devmm_svm", "hisi_hdc"]
+
+
+@pytest.mark.parametrize(
+    ("allocated", "seen", "runtime"),
+    [
+        # The device plugin's container sees its own devices only: torch_npu numbers them 0..n-1.
+        ("4,5", (4, 5), ""),
+        ("2,3,6,7", (2, 3, 6, 7), ""),
+        ("4,5", (0, 1), ""),  # a runtime that also renames the nodes
+        # Privileged: every device of the node; the allocated ones by their position among them.
+        ("4,5", tuple(range(8)), "4,5"),
+        ("2,3,6,7", tuple(range(8)), "2,3,6,7"),
+        ("4,5", (0, 2, 4, 5), "2,3"),
+    ],
+)
+def test_allocated_devices_become_the_ids_torch_npu_expects(
+    repo: Path, sandbox: dict[str, object], allocated: str, seen: tuple[int, ...], runtime: str
+) -> None:
+    n = len(allocated.split(","))
+    dev = fake_devices(sandbox, *davinci(*seen))
+    done = run(
+        repo,
+        sandbox,
+        "--tp-size",
+        str(n),
+        ASCEND_VISIBLE_DEVICES=allocated,
+        QWEN_NPU_EXPECTED_NPUS=str(n),
+        QWEN_NPU_DEV_DIR=dev,
+    )
+    assert done.returncode == 0, done.stderr
+    assert record(sandbox)["rt_visible"] == runtime
+    assert ("event=visible_devices_mapped" in done.stderr) == bool(runtime)
+    (ok,) = [x for x in lines(done, "info") if "event=npu_count_ok" in x]
+    assert f"visible={n} expected={n}" in ok
+
+
+def test_an_allocated_device_the_container_does_not_see_stops_it(
     repo: Path, sandbox: dict[str, object]
 ) -> None:
-    done = run(repo, sandbox, "--tp-size", "2", ASCEND_VISIBLE_DEVICES="4,5")
-    assert done.returncode == 0, done.stderr
-    assert record(sandbox)["rt_visible"] == "4,5"
-    assert any(
-        "event=visible_devices_mapped ASCEND_RT_VISIBLE_DEVICES=4,5" in x
-        for x in lines(done, "info")
-    )
+    dev = fake_devices(sandbox, *davinci(0, 1, 2, 3))
+    done = run(repo, sandbox, "--x", ASCEND_VISIBLE_DEVICES="2,5,6", QWEN_NPU_DEV_DIR=dev)
+    assert done.returncode == 3
+    (error,) = lines(done, "error")
+    assert "event=allocated_npu_not_visible" in error and "missing=5 seen=0,1,2,3" in error
+    assert not Path(str(sandbox["record"])).exists()
 
 
 def test_an_explicit_runtime_variable_is_kept(repo: Path, sandbox: dict[str, object]) -> None:
-    done = run(repo, sandbox, "--x", ASCEND_VISIBLE_DEVICES="4,5", ASCEND_RT_VISIBLE_DEVICES="0,1")
+    dev = fake_devices(sandbox, *davinci(*range(8)))
+    done = run(
+        repo,
+        sandbox,
+        "--x",
+        ASCEND_VISIBLE_DEVICES="4,5",
+        ASCEND_RT_VISIBLE_DEVICES="0,1",
+        QWEN_NPU_DEV_DIR=dev,
+    )
     assert done.returncode == 0, done.stderr
     assert record(sandbox)["rt_visible"] == "0,1"
     assert "visible_devices_mapped" not in done.stderr
 
 
-def test_npu_count_from_the_visible_devices_variable(
-    repo: Path, sandbox: dict[str, object]
-) -> None:
+def test_npu_count_from_the_runtime_variable(repo: Path, sandbox: dict[str, object]) -> None:
     ok = run(
         repo,
         sandbox,
         "--tp-size",
         "4",
         QWEN_NPU_EXPECTED_NPUS="4",
-        ASCEND_VISIBLE_DEVICES="0, 1,2,3",
+        ASCEND_RT_VISIBLE_DEVICES="0, 1,2,3",
+        QWEN_NPU_DEV_DIR=fake_devices(sandbox),
     )
     assert ok.returncode == 0, ok.stderr
     assert any("event=npu_count_ok visible=4 expected=4" in x for x in lines(ok, "info"))
@@ -269,17 +325,25 @@ def test_npu_count_from_the_visible_devices_variable(
     assert not record_file.exists(), "SGLang was started although the NPU count is wrong"
 
 
-def test_npu_count_from_the_davinci_device_entries(repo: Path, sandbox: dict[str, object]) -> None:
-    dev = fake_devices(
+def test_npu_count_is_what_the_runtime_sees_not_the_allocation(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    """Two ids allocated, but the container sees no device: torch_npu would find none."""
+    done = run(
+        repo,
         sandbox,
-        "davinci0",
-        "davinci1",
-        "davinci2",
-        "davinci3",
-        "davinci_manager",
-        "devmm_svm",
-        "hisi_hdc",
+        "--x",
+        QWEN_NPU_EXPECTED_NPUS="2",
+        ASCEND_VISIBLE_DEVICES="4,5",
+        QWEN_NPU_DEV_DIR=fake_devices(sandbox),
     )
+    assert done.returncode == 3
+    (error,) = lines(done, "error")
+    assert "visible=0 expected=2" in error
+
+
+def test_npu_count_from_the_davinci_device_entries(repo: Path, sandbox: dict[str, object]) -> None:
+    dev = fake_devices(sandbox, *davinci(0, 1, 2, 3))
     ok = run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="4", QWEN_NPU_DEV_DIR=dev)
     assert ok.returncode == 0, ok.stderr
     assert record(sandbox)["rt_visible"] == ""  # nothing to map: devices only
@@ -295,6 +359,51 @@ def test_npu_count_from_the_davinci_device_entries(repo: Path, sandbox: dict[str
         repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="1", QWEN_NPU_DEV_DIR=fake_devices(sandbox)
     )
     assert none.returncode == 3 and "visible=0 expected=1" in none.stderr
+
+
+# ------------------------------------------------ the patch check before the model load (issue 22)
+
+
+def test_the_full_patch_check_runs_before_sglang_and_says_so(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    state = Path(str(sandbox["tmp"])) / "state"
+    done = run(repo, sandbox, "--model-path", "/m", QWEN_NPU_STATE_DIR=str(state))
+    assert done.returncode == 0, done.stderr
+    assert Path(f"{sandbox['record']}.verify").read_text().split() == [
+        "patches",
+        "verify",
+        "--strict",
+        "--startup",
+    ]
+    assert record(sandbox)["argv"][:2] == ["-m", "sglang.launch_server"]
+    passed = [x for x in done.stderr.splitlines() if "event=verify_passed" in x]
+    assert len(passed) == 1
+    assert "SGLang import noise" not in done.stderr  # kept in the state directory instead
+    assert "SGLang import noise" in (state / "patches-verify.log").read_text()
+
+
+def test_a_failed_patch_check_stops_before_the_model_load_with_one_line(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    state = Path(str(sandbox["tmp"])) / "state"
+    done = run(
+        repo, sandbox, "--model-path", "/m", QWEN_NPU_STATE_DIR=str(state), FAKE_VERIFY_EXIT="1"
+    )
+    assert done.returncode == 4
+    assert not Path(str(sandbox["record"])).exists(), "SGLang started after a failed check"
+    (error,) = lines(done, "error")
+    assert "event=verify_failed" in error and f"log={state}/patches-verify.log" in error
+    assert "event=exec" not in done.stderr
+
+
+def test_help_and_other_commands_skip_the_patch_check(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    python = str(dict(sandbox["env"])["QWEN_NPU_PYTHON"])  # type: ignore[call-overload]
+    assert run(repo, sandbox, "--help", FAKE_VERIFY_EXIT="1").returncode == 0
+    assert run(repo, sandbox, python, "preflight", FAKE_VERIFY_EXIT="1").returncode == 0
+    assert not Path(f"{sandbox['record']}.verify").exists()
 
 
 @pytest.mark.parametrize("value", ["two", "0", "-1", "2.0"])

@@ -223,16 +223,7 @@ def test_should_run_preflight_with_engine_image_when_preflight_enabled() -> None
     assert preflight is not None and engine is not None
     assert preflight["image"] == engine["image"]
     assert preflight["command"] == ["qwen-npu", "preflight"]
-    assert preflight["args"] == [
-        "/models/Qwen3.5-122B-A10B-w8a8",
-        "--tp",
-        "8",
-        "--mtp",
-        "--npu-memory-gb",
-        "64",
-        "--mem-fraction-static",
-        "0.7",
-    ]
+    assert preflight["args"] == ["--npu-memory-gb", "64", "--engine-args", *engine["args"]]
     assert _env(template, "preflight")["QWEN_NPU_DISABLE_PATCHES"]["value"] == (
         "mamba-scatter-ub-aware"
     )
@@ -410,58 +401,6 @@ def test_should_print_pasteable_access_commands_when_service_type_varies(
     assert "make bench CONC=10 TARGET=$TARGET" in notes
     assert "helm test qwen-npu -n llm --logs" in notes
     assert "docs/runbook.md" in notes
-
-
-@pytest.mark.parametrize("mtp", [True, False], ids=["mtp-on", "mtp-off"])
-@pytest.mark.parametrize("profile", chart_tool.profiles(), ids=lambda p: p.stem)
-def test_should_equal_preflight_builder_when_rendering_profile(profile: Path, mtp: bool) -> None:
-    """The chart and `qwen-npu preflight` recommend one command line (preflight's builder)."""
-    from qwen_npu.preflight import LaunchOptions, recommended_args
-
-    values = chart_tool.deep_merge(
-        chart_tool.merged_values(chart_tool.values_from(profile)), {"mtp": {"enabled": mtp}}
-    )
-    engine, model, spec = values["engine"], values["model"], values["mtp"]
-    (graph_bs,) = engine["graphBatchSizes"]
-    recipe: tuple[str, ...] = ()
-    for flag, key in (
-        ("--dtype", "dtype"),
-        ("--chunked-prefill-size", "chunkedPrefillSize"),
-        ("--max-prefill-tokens", "maxPrefillTokens"),
-    ):
-        if engine[key]:
-            recipe += (flag, str(engine[key]))
-    if engine["enableMultimodal"]:
-        recipe += ("--enable-multimodal",)
-    if engine["mmAttentionBackend"]:
-        recipe += ("--mm-attention-backend", engine["mmAttentionBackend"])
-    multinode: tuple[str, ...] = ()
-    if engine["nodes"] > 1:
-        multinode = (
-            "--nnodes",
-            "$(LWS_GROUP_SIZE)",
-            "--node-rank",
-            "$(LWS_WORKER_INDEX)",
-            "--dist-init-addr",
-            f"$(LWS_LEADER_ADDRESS):{engine['distInitPort']}",
-        )
-    options = LaunchOptions(
-        tp=engine["tpSize"],
-        mtp=mtp,
-        quantized=engine["quantization"] == "modelslim",
-        mem_fraction_static=engine["memFractionStatic"],
-        cuda_graph_bs=graph_bs,
-        mamba_ssm_dtype=engine["mambaSsmDtype"] or None,
-        port=values["service"]["port"],
-        served_model_name=model["name"],
-        speculative_num_steps=spec["numSteps"],
-        speculative_eagle_topk=spec["eagleTopk"],
-        speculative_num_draft_tokens=spec["numDraftTokens"],
-        extra=recipe + multinode,
-    )
-    model_dir = f"{model['mountPath']}/{model['path']}"
-    rendered = chart_tool.engine_args(chart_tool.render_docs(values))
-    assert rendered == recommended_args(model_dir, options)
 
 
 def test_should_run_the_sidecar_non_root_on_a_read_only_root_when_engine_runs(

@@ -1,11 +1,13 @@
 """The preflight init container judges what the engine will really run.
 
-Its arguments come from the engine's values (TP, MTP on/off, SSM dtype, memory fraction) plus
-`preflight.npuMemoryGb` and `preflight.checkShards`; its environment (QWEN_NPU_DISABLE_PATCHES,
-SGLANG_MAMBA_SSM_DTYPE) is the engine's. Checked three ways: preflight's own argument parser reads
-every rendered line and must land on the engine's settings; the real `qwen-npu preflight` runs with
-the rendered command, arguments and environment against a synthetic checkpoint and must change its
-verdict as the values do; values that would make the two disagree fail at render time.
+Its arguments are `preflight.npuMemoryGb`, `preflight.checkShards`, `preflight.extraArgs`, then
+`--engine-args` and the engine's own rendered arguments (TP, MTP on/off, SSM dtype, memory
+fraction, quantization are read from them); its environment (QWEN_NPU_CHIP,
+QWEN_NPU_DISABLE_PATCHES, SGLANG_MAMBA_SSM_DTYPE) is the engine's. Checked three ways: preflight's
+own argument parser reads every rendered line and must land on the engine's settings; the real
+`qwen-npu preflight` runs with the rendered command, arguments and environment against a synthetic
+checkpoint and must change its verdict as the values do; values that would make the two disagree
+fail at render time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from qwen_npu.preflight import Options
 from qwen_npu.preflight.cli import build_parser
 from tools import chart as chart_tool
 
@@ -31,7 +34,7 @@ CHECKPOINT = "Qwen3.6-35B-A3B-w8a8"
 
 # Extra scenarios beside every profile and ci/ overlay: each preflight knob off its default.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "bf16-state": chart_tool.deep_merge(UPSTREAM, {"engine": {"mambaSsmDtype": "bfloat16"}}),
+    "checkpoint-state": chart_tool.deep_merge(UPSTREAM, {"engine": {"mambaSsmDtype": ""}}),
     "fp16-mtp-off": chart_tool.deep_merge(
         UPSTREAM, {"engine": {"mambaSsmDtype": "float16"}, "mtp": {"enabled": False}}
     ),
@@ -84,17 +87,20 @@ def _assert_judges_engine(values: dict[str, Any], docs: list[dict[str, Any]]) ->
         assert preflight["image"] == engine["image"], role
         args = build_parser().parse_args([str(a) for a in preflight["args"]])
         engine_args = [str(a) for a in engine["args"]]
+        assert args.engine_args == engine_args, role  # the engine's line, as rendered
         flags = _pairs(engine_args)
-        assert args.model_dir == flags["--model-path"], role
-        assert args.tp == int(flags["--tp-size"]), role
-        assert args.mtp is ("--speculative-algorithm" in engine_args), role
-        assert args.mem_fraction_static == float(flags["--mem-fraction-static"]), role
-        assert args.mamba_ssm_dtype == flags.get("--mamba-ssm-dtype"), role
+        model_dir, opts = Options.from_engine_args(args.engine_args)
+        assert model_dir == flags["--model-path"], role
+        assert opts.tp == int(flags["--tp-size"]), role
+        assert opts.mtp is ("--speculative-algorithm" in engine_args), role
+        assert opts.mem_fraction_static == float(flags["--mem-fraction-static"]), role
+        assert opts.mamba_ssm_dtype == flags.get("--mamba-ssm-dtype"), role
+        assert opts.quantization == flags.get("--quantization"), role
         assert args.npu_memory_gb == float(merged["preflight"]["npuMemoryGb"]), role
         assert args.check_shards is merged["preflight"]["checkShards"], role
         # The environment preflight reads is the engine's, entry for entry.
         pre_env, eng_env = _env_of(preflight), _env_of(engine)
-        for name in ("QWEN_NPU_DISABLE_PATCHES", "SGLANG_MAMBA_SSM_DTYPE"):
+        for name in ("QWEN_NPU_CHIP", "QWEN_NPU_DISABLE_PATCHES", "SGLANG_MAMBA_SSM_DTYPE"):
             assert pre_env.get(name) == eng_env.get(name), (role, name)
         assert pre_env["QWEN_NPU_DISABLE_PATCHES"]["value"] == ",".join(
             merged["patches"]["disabled"]
@@ -136,24 +142,6 @@ def test_should_equal_documented_preflight_line_when_rendering_defaults() -> Non
         assert _preflight_args(values) == documented[2:]
 
 
-def test_should_pass_no_mtp_when_mtp_disabled() -> None:
-    on = _preflight_args(UPSTREAM)
-    off = _preflight_args(chart_tool.deep_merge(UPSTREAM, {"mtp": {"enabled": False}}))
-    assert "--mtp" in on and "--no-mtp" not in on
-    assert "--no-mtp" in off and "--mtp" not in off
-    assert [a for a in on if a != "--mtp"] == [a for a in off if a != "--no-mtp"]
-    for role in ("leader", "worker"):
-        lws_off = _preflight_args(chart_tool.deep_merge(BIG, {"mtp": {"enabled": False}}), role)
-        assert "--no-mtp" in lws_off and "--mtp" not in lws_off
-
-
-def test_should_pass_ssm_dtype_flag_when_engine_sets_one() -> None:
-    assert "--mamba-ssm-dtype" not in _preflight_args(UPSTREAM)
-    bf16 = chart_tool.deep_merge(UPSTREAM, {"engine": {"mambaSsmDtype": "bfloat16"}})
-    args = _preflight_args(bf16)
-    assert _pairs(args)["--mamba-ssm-dtype"] == "bfloat16"
-
-
 def test_should_take_memory_settings_from_engine_values_when_rendering() -> None:
     default = _pairs(_preflight_args({}))
     assert default["--npu-memory-gb"] == "64"
@@ -170,7 +158,7 @@ def test_should_add_check_shards_only_when_opted_in() -> None:
     assert "--check-shards" in _preflight_args({"preflight": {"checkShards": True}})
     # extraArgs still follow the chart's flags.
     args = _preflight_args({"preflight": {"checkShards": True, "extraArgs": ["--json"]}})
-    assert args[-2:] == ["--check-shards", "--json"]
+    assert args[: args.index("--engine-args")][-2:] == ["--check-shards", "--json"]
 
 
 @pytest.mark.parametrize("values", [{}, BIG], ids=["deployment", "lws"])
@@ -261,7 +249,8 @@ def test_should_keep_unrelated_extra_flags_when_rendering() -> None:
     }
     docs = chart_tool.render_docs(values)
     assert chart_tool.engine_args(docs)[-3:] == ["--max-running-requests", "64", "--tp-size-x"]
-    assert _preflight_args(values)[-1] == "--json"
+    args = _preflight_args(values)
+    assert args[args.index("--engine-args") - 1] == "--json"
 
 
 # --- the real preflight, run as the init container would run it --------------------------------
@@ -318,7 +307,10 @@ def test_should_be_ready_with_patches_when_engine_runs_defaults(models_root: Pat
     code, report = run_init_container(models_root)
     assert (code, report["verdict"]) == (0, "ready_with_patches")
     assert report["tp"]["tp"] == 2 and report["mtp"]["enabled"] is True
-    assert "mamba-scatter-ub-aware" in report["patches"]["needed"]
+    assert report["chip"] == "910b" and report["model"]["mamba_ssm_dtype"] == "bfloat16"
+    # bf16 state: the kernel's default h_block_size 2 fits the UB, the UB patch is not needed.
+    assert report["ub_plan"]["h_block_size"] == 2
+    assert "mamba-scatter-ub-aware" not in report["patches"]["needed"]
     assert report["memory"]["npu_memory_gb"] == 64.0
     assert report["memory"]["mem_fraction_static"] == 0.8
     assert report["files"]["shards_checked"] is False
@@ -327,15 +319,38 @@ def test_should_be_ready_with_patches_when_engine_runs_defaults(models_root: Pat
 def test_should_stop_the_pod_when_engine_would_run_without_a_needed_patch(
     models_root: Path,
 ) -> None:
-    code, report = run_init_container(models_root, "patches.disabled={mamba-scatter-ub-aware}")
+    both = "patches.disabled={mtp-modelslim-unquant,modelslim-moe-unquant-fallback}"
+    code, report = run_init_container(models_root, both)
     assert (code, report["verdict"]) == (1, "would_fail")
     assert "patch-disabled" in _blocking(report)
-    assert report["patches"]["disabled"] == ["mamba-scatter-ub-aware"]
+    assert report["patches"]["disabled"] == [
+        "modelslim-moe-unquant-fallback",
+        "mtp-modelslim-unquant",
+    ]
+
+
+def test_should_stop_the_pod_when_checkpoint_fp32_state_meets_910b(models_root: Path) -> None:
+    """engine.mambaSsmDtype="" hands the dtype to config.json (float32): the 910B cannot."""
+    code, report = run_init_container(models_root, set_json='engine.mambaSsmDtype=""')
+    assert (code, _blocking(report)) == (1, {"ssm-dtype-unsupported"})
+    (finding,) = report["blocking"]
+    assert "chunk_gated_delta_rule" in finding["message"]
+    assert "engine.mambaSsmDtype=bfloat16" in finding["message"]
+    # Ascend950 takes it; there the fp32 plan needs the UB patch (h_block_size 1).
+    code, report = run_init_container(
+        models_root,
+        "npu.chip=ascend950,patches.disabled={mamba-scatter-ub-aware}",
+        'engine.mambaSsmDtype=""',
+    )
+    assert (code, _blocking(report)) == (1, {"patch-disabled"})
+    assert report["ub_plan"]["h_block_size"] == 1
 
 
 def test_should_pass_when_mtp_off_makes_the_disabled_patch_unneeded(models_root: Path) -> None:
     code, report = run_init_container(
-        models_root, "patches.disabled={mamba-scatter-ub-aware},mtp.enabled=false"
+        models_root,
+        "npu.chip=ascend950,patches.disabled={mamba-scatter-ub-aware},mtp.enabled=false",
+        'engine.mambaSsmDtype=""',
     )
     assert (code, report["verdict"]) == (0, "ready")
     assert report["mtp"]["enabled"] is False

@@ -134,11 +134,11 @@ tagSuffix picks a chip build of the same version (the A3 engine image is tagged 
 {{- end }}
 
 {{/*
-The engine's arguments (the image's ENTRYPOINT runs `python3 -m sglang.launch_server "$@"`).
-One flag or value per line, in the documented order (docs/chart.md), which is the order of
-preflight's builder (qwen_npu.preflight.recommended_args; a test compares them). MTP off drops every
---speculative-* flag. There is deliberately no --speculative-draft-model-quantization: the patches
-make the plain command line work.
+The engine's arguments (the image's ENTRYPOINT runs `python3 -m sglang.launch_server "$@"`): the
+one place the engine's command line is built. One flag or value per line, in the documented order
+(docs/chart.md); the preflight init container gets the same lines after --engine-args and reads
+them by SGLang's flag names. MTP off drops every --speculative-* flag. There is deliberately no
+--speculative-draft-model-quantization: the patches make the plain command line work.
 */}}
 {{- define "qwen-npu.engineArgs" -}}
 {{- $e := .Values.engine }}
@@ -208,9 +208,9 @@ make the plain command line work.
 {{- end }}
 
 {{/*
-The profile's recipe flags (SGLang's Ascend recipes, helm/qwen-npu/recipes.yaml), after the builder's
-part of the command line: dtype, chunked prefill, prefill budget, multimodal, the parsers. Each is
-omitted at its empty value, so SGLang's default applies.
+The profile's recipe flags (SGLang's Ascend recipes; each profile names its sources beside its
+values), after the common part of the command line: dtype, chunked prefill, prefill budget,
+multimodal, the parsers. Each is omitted at its empty value, so SGLang's default applies.
 */}}
 {{- define "qwen-npu.recipeArgs" -}}
 {{- $e := .Values.engine }}
@@ -244,40 +244,32 @@ omitted at its empty value, so SGLang's default applies.
 {{- end }}
 
 {{/*
-The preflight init container's arguments (its command is `qwen-npu preflight`): the engine's own
-settings, so preflight judges the command line the engine will really run (docs/chart.md). Every
-value comes from the same key as the engine's flag: TP (engine.tpSize), MTP on/off (mtp.enabled),
-the SSM dtype (engine.mambaSsmDtype), the static memory share (engine.memFractionStatic); the HBM per
-NPU has no engine flag (preflight.npuMemoryGb). QWEN_NPU_DISABLE_PATCHES and SGLANG_MAMBA_SSM_DTYPE
-come through the shared environment ("qwen-npu.engineEnv").
+The preflight init container's arguments (its command is `qwen-npu preflight`): its own settings,
+then `--engine-args` and the engine's arguments exactly as "qwen-npu.engineArgs" renders them, so
+preflight judges the command line the engine will really run (TP, SSM dtype, speculative flags,
+quantization, memory share: docs/chart.md). Only what has no engine flag is preflight's own: the HBM
+per NPU (preflight.npuMemoryGb), the shard check, preflight.extraArgs. The chip
+(QWEN_NPU_CHIP), QWEN_NPU_DISABLE_PATCHES and SGLANG_MAMBA_SSM_DTYPE come through the shared
+environment ("qwen-npu.engineEnv").
 */}}
 {{- define "qwen-npu.preflightArgs" -}}
-{{- $e := .Values.engine }}
-- {{ include "qwen-npu.modelDir" . | quote }}
-- --tp
-- {{ $e.tpSize | quote }}
-- {{ ternary "--mtp" "--no-mtp" .Values.mtp.enabled }}
 - --npu-memory-gb
 - {{ .Values.preflight.npuMemoryGb | quote }}
-- --mem-fraction-static
-- {{ $e.memFractionStatic | quote }}
-{{- if $e.mambaSsmDtype }}
-- --mamba-ssm-dtype
-- {{ $e.mambaSsmDtype | quote }}
-{{- end }}
 {{- if .Values.preflight.checkShards }}
 - --check-shards
 {{- end }}
 {{- range .Values.preflight.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+- --engine-args
+{{- include "qwen-npu.engineArgs" . }}
 {{- end }}
 
 {{/*
-Flags the chart renders from values: repeating one in an extraArgs list would make the engine and
-preflight disagree (argparse keeps the last value), so the checks below reject them, also
-abbreviated (argparse accepts any unique prefix) or written `--flag=value`. Maps flag -> the value
-to set instead.
+Flags the chart renders from values: repeating one in engine.extraArgs would override the value
+(argparse keeps the last one), and preflight refuses its own engine flags beside --engine-args
+(exit 2), so the checks below reject them at render time, also abbreviated (argparse accepts any
+unique prefix) or written `--flag=value`. Maps flag -> the value to set instead.
 */}}
 {{- define "qwen-npu.preflightOwnedFlags" -}}
 {{- toJson (dict
@@ -289,6 +281,8 @@ to set instead.
   "--mem-fraction-static" "engine.memFractionStatic"
   "--npu-memory-gb" "preflight.npuMemoryGb"
   "--check-shards" "preflight.checkShards"
+  "--chip" "npu.chip"
+  "--engine-args" "the engine's values (the chart passes the engine's command line last)"
 ) }}
 {{- end }}
 
@@ -452,6 +446,8 @@ sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then
 - name: SGLANG_SET_CPU_AFFINITY
   value: "1"
 {{- end }}
+- name: QWEN_NPU_CHIP
+  value: {{ .Values.npu.chip | quote }}
 - name: QWEN_NPU_EXPECTED_NPUS
   value: {{ include "qwen-npu.npusPerPod" . | quote }}
 - name: QWEN_NPU_STATE_DIR

@@ -2,9 +2,9 @@
 The engine pod, shared by the Deployment (role "single") and the LeaderWorkerSet ("leader",
 "worker"). Call with (dict "root" $ "role" "single|leader|worker").
 
-- preflight init container: `qwen-npu preflight <model dir>` in the engine image with the engine's
-  settings ("qwen-npu.preflightArgs") and environment, so a checkpoint that would fail stops the
-  pod in seconds;
+- preflight init container: `qwen-npu preflight ... --engine-args <the engine's arguments>` in the
+  engine image ("qwen-npu.preflightArgs") with the engine's environment, so a checkpoint or a
+  command line that would fail stops the pod in seconds;
 - sidecar (serving pods only): metrics, probes, canary; reads the patches' state.json from the
   shared emptyDir. A native sidecar (an init container with restartPolicy Always, Kubernetes 1.29+):
   it starts before the engine and the kubelet stops it only after the engine has exited, so it

@@ -102,7 +102,7 @@ abbreviated, since argparse accepts any unique prefix, or written `--flag=value`
 {{- $p = concat $p (splitList "\n" $line) }}
 {{- end }}
 {{- end }}
-{{- range $name, $instead := dict "QWEN_NPU_DISABLE_PATCHES" "patches.disabled" "SGLANG_MAMBA_SSM_DTYPE" "engine.mambaSsmDtype" "SGLANG_SET_CPU_AFFINITY" "engine.cpuAffinity" "QWEN_NPU_EXPECTED_NPUS" "engine.tpSize and engine.nodes" "HCCL_SOCKET_IFNAME" "network.hcclSocketIfname" "GLOO_SOCKET_IFNAME" "network.glooSocketIfname" "HCCL_IF_IP" "network.hcclIfIpFromPodIp" }}
+{{- range $name, $instead := dict "QWEN_NPU_DISABLE_PATCHES" "patches.disabled" "SGLANG_MAMBA_SSM_DTYPE" "engine.mambaSsmDtype" "QWEN_NPU_CHIP" "npu.chip" "SGLANG_SET_CPU_AFFINITY" "engine.cpuAffinity" "QWEN_NPU_EXPECTED_NPUS" "engine.tpSize and engine.nodes" "HCCL_SOCKET_IFNAME" "network.hcclSocketIfname" "GLOO_SOCKET_IFNAME" "network.glooSocketIfname" "HCCL_IF_IP" "network.hcclIfIpFromPodIp" }}
 {{- if hasKey $v.engine.ascendEnv $name }}
 {{- $p = append $p (printf "engine.ascendEnv sets %s: set %s instead (the chart renders it for the engine and preflight alike)" $name $instead) }}
 {{- end }}

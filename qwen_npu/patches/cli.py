@@ -5,6 +5,9 @@ Why this exists: the image build must fail when a patch no longer fits the insta
 exist, what state they are in and when each can go (``list``, ``explain``).
 ``verify`` imports SGLang's target modules (slow: about 10 s of SGLang imports) and applies the
 patches exactly as the start-up hook would; ``list`` and ``explain`` import no SGLang code.
+``verify --build`` is the image build's check: no SGLang import, so it passes on a build host with
+torch_npu and no NPU (``buildcheck``); the image entrypoint runs ``verify --strict --startup`` (one
+line) before the model load, where the NPU is.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import warnings
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
-from qwen_npu.patches import core, gdn_contract, hook, state
+from qwen_npu.patches import buildcheck, core, gdn_contract, hook, state
 from qwen_npu.patches.log import get_logger
 from qwen_npu.patches.registry import (
     ENV_DISABLE,
@@ -91,10 +94,67 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify_build(args: argparse.Namespace) -> int:
+    report = buildcheck.build_check(args.site)
+    rows = report["patches"]
+    bad = [r for r in rows if r["state"] != buildcheck.BUILD_OK]
+    idle = [r for r in rows if r.get("effect") == "ignored"]
+    if args.json:
+        print(json.dumps(report | {"strict": args.strict}, indent=2))
+    else:
+        print(
+            f"build check on Python {report['python']}"
+            + (f", sources from {args.site}" if args.site else "")
+        )
+        _print_table(rows)
+        for r in rows:
+            if "effect" in r:
+                print(f"{r['name']}: kernel {r['effect']}: {r['effect_detail']}")
+        hook_state = "ok" if report["pth_hook"]["ok"] else "MISSING"
+        print(f"pth hook: {hook_state}: {report['pth_hook']['detail']}")
+        for link, v in report["gdn_contract"].items():
+            print(f"gdn contract {link}: {v['verdict']}: {v['evidence']}")
+        for r in bad:
+            print(
+                f"{r['name']}: {r['state']}: next: {buildcheck.NEXT_STEP[r['state']]}",
+                file=sys.stderr,
+            )
+        for r in idle:
+            print(
+                f"{r['name']}: kernel ignores h_block_size: next: {core.NEXT_WITHOUT_EFFECT}",
+                file=sys.stderr,
+            )
+    return 1 if (args.strict and not report["ok"]) else 0
+
+
+def _startup_line(rows: list[dict[str, Any]], bad: list[dict[str, Any]], unknown: list[str]) -> str:
+    """The one line the entrypoint prints before the model load (logfmt, the patches' shape)."""
+    states = ",".join(f"{r['name']}={r['state']}" for r in rows)
+    if not (bad or unknown):
+        return (
+            f'qwen_npu.patches level=info event=verify_passed patches={len(rows)} states="{states}"'
+        )
+    failed = ",".join(f"{r['name']}={r['state']}" for r in bad) or "none"
+    why = "; ".join(f"{r['name']}: {r['detail']}" for r in bad)
+    if unknown:
+        why = f"unknown names in QWEN_NPU_DISABLE_PATCHES: {','.join(unknown)}; {why}"
+    first = bad[0]["state"] if bad else ""
+    nxt = core.NEXT_STEP.get(first) or gdn_contract.NEXT.get(first) or "fix " + ENV_DISABLE
+    why = why.replace('"', "'")
+    return (
+        f'qwen_npu.patches level=error event=verify_failed failed="{failed}" detail="{why}" '
+        f'next="{nxt}; qwen-npu patches explain NAME; patches.disabled turns one off"'
+    )
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.build:
+        return _cmd_verify_build(args)
     logger = get_logger()
     level = logger.level
-    if "QWEN_NPU_PATCH_LOG_LEVEL" not in os.environ:
+    if args.startup:
+        logger.setLevel("CRITICAL")  # one line, below
+    elif "QWEN_NPU_PATCH_LOG_LEVEL" not in os.environ:
         logger.setLevel("WARNING")  # the table says what the INFO lines would
     try:
         rows = verify_all()
@@ -105,6 +165,17 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     bad = [r for r in rows if r["state"] not in OK_STATES]
     idle = [r for r in rows if r["state"] == "applied" and r.get("effect") == "ignored"]
     _, unknown = disabled_patches(os.environ)
+    if args.startup:
+        failing = (
+            bad
+            + idle
+            + [
+                {"name": f"gdn_contract.{n}", "state": "fail", "detail": contract[n].evidence}
+                for n in broken
+            ]
+        )
+        print(_startup_line(rows, failing, unknown), flush=True)
+        return 1 if (failing or unknown) else 0
     if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
         known = ", ".join(p.name for p in PATCHES)
         print(
@@ -201,6 +272,19 @@ def _parser() -> argparse.ArgumentParser:
     # Read by the GDN contract's ssm_dtype link (from the command line, as in the engine).
     ver.add_argument("--model-path", metavar="DIR", help="the checkpoint whose config.json to read")
     ver.add_argument("--mamba-ssm-dtype", metavar="DTYPE", help="the engine's --mamba-ssm-dtype")
+    ver.add_argument(
+        "--build",
+        action="store_true",
+        help="the image build's check: read the installed sources, import no SGLang (no NPU)",
+    )
+    ver.add_argument(
+        "--site", metavar="DIR", help="with --build: read SGLang's sources from this site-packages"
+    )
+    ver.add_argument(
+        "--startup",
+        action="store_true",
+        help="strict, one log line (the entrypoint's check before the model load)",
+    )
     ver.set_defaults(func=_cmd_verify)
     ex = sub.add_parser("explain", help="what a patch does, why, and when to remove it")
     ex.add_argument("name")

@@ -418,7 +418,9 @@ def _render_all(out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.chart", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.chart", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("action", choices=["render", "package"])
     parser.add_argument("--out", type=Path, default=REPO / "out" / "chart")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Runtime patches for SGLang on Ascend, and the pure decision logic they share with preflight.
+"""Runtime patches for SGLang on Ascend: one module per fix, the registry, the state file, the hook.
 
 Standard library only: this package is installed inside the engine image.
 """

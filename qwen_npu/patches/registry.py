@@ -25,7 +25,7 @@ ENV_DISABLE = "QWEN_NPU_DISABLE_PATCHES"
 class PatchInfo:
     """A ledger entry: what is changed, why, where it is fixed upstream, when to drop it."""
 
-    name: str  # the contract name (DESIGN.md)
+    name: str  # the contract name (docs/architecture.md, "Patch names and states")
     target: str  # "module:Qualname" of what the patch rebinds
     why: str
     upstream_pr: str

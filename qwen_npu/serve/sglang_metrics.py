@@ -3,7 +3,8 @@
 This is THE list that the simulator exports and that dashboards and alert rules query. It was read
 off SGLang 0.5.23's ``srt/observability/metrics_collector.py`` (scheduler and tokenizer collectors,
 default buckets). Only the series an on-call engineer watches for a Qwen3.5/3.6 MTP deployment are
-listed; a rename upstream is caught by ``tests/sim/test_sglang_metrics.py``, which reads the wheel.
+listed; a rename upstream is caught by ``tests/serve/sim/test_sglang_metrics.py``, which reads the
+wheel.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Tests for qwen_npu.patches; the tree mirrors the patch modules (STYLE.md rule 4)."""
+"""Tests for qwen_npu.patches; the tree mirrors the patch modules (tests/test_repository.py)."""

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import hashlib
 import inspect
+import json
 import os
-import textwrap
 import threading
+import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -154,17 +156,126 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def source_fingerprint(func: Callable[..., Any]) -> str | None:
-    """sha256 of the function's syntax tree (formatting, comments, docstrings ignored).
+def _canonical(node: object) -> object:
+    """The syntax tree as plain lists, the same on every Python the engine runs (3.10-3.13).
 
-    None when the source is not available (a .pyc-only install); the signature check still runs.
+    ``ast.dump`` is not: 3.12 adds ``type_params=[]`` to every function and class, 3.13 stops
+    printing empty fields. Here a field that is None or an empty list is left out on every version,
+    so a node type gaining an optional field changes nothing; positions are never included.
     """
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            fields.append([name, _canonical(value)])
+        return [type(node).__name__, fields]
+    if isinstance(node, list):
+        return [_canonical(item) for item in node]
+    return [type(node).__name__, repr(node)]
+
+
+def tree_fingerprint(node: ast.AST) -> str:
+    """sha256 of a function's (or any node's) canonical tree, docstrings left out."""
+    tree = _strip_docstrings(copy.deepcopy(node))
+    text = json.dumps(_canonical(tree), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
+
+
+def find_function(
+    tree: ast.AST, qualname: str, first_line: int | None = None
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` whose qualified name is ``qualname`` (``Class.method``, ``f.<locals>.g``).
+
+    Where one name is defined more than once (``if``/``else`` variants), ``first_line`` (the code
+    object's ``co_firstlineno``) picks the one the running code came from.
+    """
+    found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = prefix + child.name
+                if name == qualname:
+                    found.append(child)
+                visit(child, name + ".<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    if len(found) > 1 and first_line is not None:
+        found = [f for f in found if _first_line(f) == first_line] or found
+    return found[0] if found else None
+
+
+def fingerprint_in_source(source: str, qualname: str, first_line: int | None = None) -> str | None:
+    """The fingerprint of ``qualname`` as defined in a module's source text (None: not there)."""
     try:
-        source = textwrap.dedent(inspect.getsource(func))
-    except (OSError, TypeError):
+        node = find_function(ast.parse(source), qualname, first_line)
+    except SyntaxError:
         return None
-    tree = _strip_docstrings(ast.parse(source))
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+    return None if node is None else tree_fingerprint(node)
+
+
+def fingerprint_in_file(path: str | os.PathLike[str], qualname: str) -> str | None:
+    """``fingerprint_in_source`` of a file, read as Python reads it (its encoding cookie)."""
+    try:
+        with tokenize.open(path) as handle:
+            source = handle.read()
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    return fingerprint_in_source(source, qualname)
+
+
+def source_fingerprint(func: Callable[..., Any]) -> str | None:
+    """The fingerprint of a function's code: formatting, comments and docstrings do not count.
+
+    Read from the file the function was compiled from (``co_filename``), located by its qualified
+    name, so it does not depend on ``inspect``'s line heuristics and is the same value on every
+    Python version (``_canonical``). None when there is no Python source (a .pyc-only install, a
+    builtin); the signature check still runs.
+    """
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if code is None or not isinstance(qualname, str):
+        return None
+    try:
+        with tokenize.open(code.co_filename) as handle:
+            source = handle.read()
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    return fingerprint_in_source(source, qualname, code.co_firstlineno)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What one target looked like in the pinned SGLang release: the drift guard's reference.
+
+    Every patch module lists its pins in ``PINS``; the guard (``pin_mismatch``) and the tests that
+    run it on each Python version read them from there.
+    """
+
+    module: str  # the module that defines the target
+    qualname: str  # ``function`` or ``Class.method``
+    params: tuple[str, ...]
+    fingerprint: str  # source_fingerprint() of the release's code
+
+    @property
+    def what(self) -> str:
+        return self.qualname if "." in self.qualname else f"{self.module}.{self.qualname}"
+
+
+def pin_mismatch(pin: Pin, func: Callable[..., Any]) -> str | None:
+    """None when ``func`` has the pinned shape, else a one-line explanation."""
+    return shape_mismatch(func, pin.params, pin.fingerprint, pin.what)
 
 
 def parameter_names(func: Callable[..., Any]) -> tuple[str, ...] | None:

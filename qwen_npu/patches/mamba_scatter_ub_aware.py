@@ -45,17 +45,25 @@ INFO = get_patch("mamba-scatter-ub-aware")
 KERNEL = "move_intermediate_cache"
 CALLER_CLASS = "AscendHybridLinearAttnBackend"
 CALLER = "update_mamba_state_after_mtp_verify"
+#: The kernel whose tiling this patch relies on (the build-time check reads its source).
+TUNED_KERNEL = (BACKEND_MODULE, KERNEL)
 
-#: What the caller looks like in SGLang 0.5.23: parameters and core.source_fingerprint.
-PINNED_PARAMS = (
-    "self",
-    "last_correct_step_indices",
-    "mamba_track_indices",
-    "mamba_steps_to_track",
-    "model",
-    "req_pool_indices",
+#: What the caller looks like in SGLang 0.5.23 (the drift guard's reference).
+PINS = (
+    core.Pin(
+        BACKEND_MODULE,
+        f"{CALLER_CLASS}.{CALLER}",
+        (
+            "self",
+            "last_correct_step_indices",
+            "mamba_track_indices",
+            "mamba_steps_to_track",
+            "model",
+            "req_pool_indices",
+        ),
+        "ab8b1af984692c32144dad48b69f2cd0e4ca32061aef8463006240884a3e1ca1",
+    ),
 )
-PINNED_FINGERPRINT = "8b16165f80d4bac2736e4ea83b35abe7e120b760010beb2caf4f904c9d38db59"
 _original: Any = None
 #: (H, V, K, dtype) -> planned h_block_size, or None when no plan is possible (unknown dtype).
 _plans: dict[tuple[Any, ...], int | None] = {}
@@ -166,9 +174,8 @@ def _probe(module: Any) -> core.Probe:
 
 def _check(module: Any) -> str | None:
     caller = getattr(getattr(module, CALLER_CLASS), CALLER)
-    mismatch = core.shape_mismatch(
-        caller, PINNED_PARAMS, PINNED_FINGERPRINT, f"{CALLER_CLASS}.{CALLER}"
-    )
+    (pin,) = PINS
+    mismatch = core.pin_mismatch(pin, caller)
     if mismatch is not None:
         return mismatch
     kernel_params = core.parameter_names(getattr(module, KERNEL))

@@ -37,18 +37,22 @@ from qwen_npu.patches.registry import get_patch
 INFO = get_patch("modelslim-moe-unquant-fallback")
 MODELSLIM_MODULE, FUSED_MOE_MODULE = TRIGGERS[__name__]
 
-#: What the targets look like in SGLang 0.5.23: parameters and core.source_fingerprint.
-PINNED: dict[str, tuple[tuple[str, ...], str]] = {
-    "get_quant_method": (
+#: What the targets look like in SGLang 0.5.23 (the drift guard's reference). The fallback
+#: mirrors get_moe_scheme's lookup rules, so a change there is drift too.
+PINS = (
+    core.Pin(
+        MODELSLIM_MODULE,
+        "ModelSlimConfig.get_quant_method",
         ("self", "layer", "prefix"),
-        "878ce8101f30f5643aee9a0863fbf5fcfce87ed82fd1c5ed1ee1fe28181c219d",
+        "e6b2c9bf1fd95b8ef4e16db702602cb2b9fafcb8d3e150c198aec265f5f54c22",
     ),
-    # The fallback mirrors this method's lookup rules, so a change there is drift too.
-    "get_moe_scheme": (
+    core.Pin(
+        MODELSLIM_MODULE,
+        "ModelSlimConfig.get_moe_scheme",
         ("self", "layer", "prefix"),
-        "c406a5c95b68e486913b4a75d871f53f30c2be424c277540c2d96534e833a9c2",
+        "f0a1844a4247901eda572dfb19f67692f8a2774a7561551d50fd0b12f78d5218",
     ),
-}
+)
 
 _original: Any = None
 _fused_moe_cls: Any = None
@@ -112,10 +116,9 @@ def _probe(t: _Targets) -> core.Probe:
 
 
 def _check(t: _Targets) -> str | None:
-    for attr, (params, fingerprint) in PINNED.items():
-        mismatch = core.shape_mismatch(
-            getattr(t.config_cls, attr), params, fingerprint, f"ModelSlimConfig.{attr}"
-        )
+    for pin in PINS:
+        attr = pin.qualname.rpartition(".")[2]
+        mismatch = core.pin_mismatch(pin, getattr(t.config_cls, attr))
         if mismatch is not None:
             return mismatch
     return None

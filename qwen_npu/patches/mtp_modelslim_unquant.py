@@ -43,9 +43,15 @@ BY_NAME_IMPORTERS = ("sglang.srt.models.qwen4_exp_mtp",)
 FUNCTION = "_mtp_quant_config"
 MODELSLIM_MODULE = "sglang.srt.layers.quantization.modelslim.modelslim"
 
-#: What the target looks like in SGLang 0.5.23: parameters and core.source_fingerprint.
-PINNED_PARAMS = ("quant_config",)
-PINNED_FINGERPRINT = "d5e28bb5b95b649ae3d4164eeecb5e8a8fa35ca408dc6681ab044f352602d761"
+#: What the target looks like in SGLang 0.5.23 (the drift guard's reference).
+PINS = (
+    core.Pin(
+        MTP_MODULE,
+        FUNCTION,
+        ("quant_config",),
+        "479d1b446125ae4d93381c042e9e2463a3bc25f54d82fabf74af1e5a73af98a3",
+    ),
+)
 
 _original: Any = None
 _logged = False
@@ -126,9 +132,8 @@ def _probe(module: Any) -> core.Probe:
 
 
 def _check(module: Any) -> str | None:
-    return core.shape_mismatch(
-        getattr(module, FUNCTION), PINNED_PARAMS, PINNED_FINGERPRINT, f"{MTP_MODULE}.{FUNCTION}"
-    )
+    (pin,) = PINS
+    return core.pin_mismatch(pin, getattr(module, FUNCTION))
 
 
 def _rebind(module: Any) -> str:

@@ -5,6 +5,7 @@ way the real kernel does (masked tiles, flat offsets inside the slot)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -242,7 +243,7 @@ def test_drifted_caller_is_not_patched(
     backend: ModuleType, fresh: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fresh(patch)
-    monkeypatch.setattr(patch, "PINNED_FINGERPRINT", "f" * 64)
+    monkeypatch.setattr(patch, "PINS", (replace(patch.PINS[0], fingerprint="f" * 64),))
     outcome = patch.apply()
     assert outcome.state == "drifted"
     assert "update_mamba_state_after_mtp_verify: source fingerprint" in outcome.detail

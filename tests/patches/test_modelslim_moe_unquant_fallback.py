@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 from unittest import mock
@@ -246,9 +247,8 @@ def test_drifted_target_is_not_patched(
     modelslim: ModuleType, fused_moe: ModuleType, fresh: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fresh(patch)
-    pinned = dict(patch.PINNED)
-    pinned["get_moe_scheme"] = (("self", "layer", "prefix"), "0" * 64)
-    monkeypatch.setattr(patch, "PINNED", pinned)
+    quant_method, moe_scheme = patch.PINS
+    monkeypatch.setattr(patch, "PINS", (quant_method, replace(moe_scheme, fingerprint="0" * 64)))
     outcome = patch.apply()
     assert outcome.state == "drifted"
     assert "ModelSlimConfig.get_moe_scheme: source fingerprint" in outcome.detail

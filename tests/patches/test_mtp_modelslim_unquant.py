@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -179,7 +180,7 @@ def test_drifted_target_is_not_patched(
     mtp_module: ModuleType, fresh: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fresh(patch)
-    monkeypatch.setattr(patch, "PINNED_PARAMS", ("quant_config", "prefix"))
+    monkeypatch.setattr(patch, "PINS", (replace(patch.PINS[0], params=("quant_config", "prefix")),))
     outcome = patch.apply()
     assert outcome.state == "drifted"
     assert "signature" in outcome.detail

@@ -75,7 +75,8 @@ def test_should_drop_every_speculative_flag_when_mtp_is_off(profile: Path) -> No
 def test_should_parse_with_sglang_server_args_when_rendering_every_scenario(
     rendered_scenarios: dict[str, list[dict[str, Any]]],
 ) -> None:
-    """SGLang 0.5.23's own parser accepts every rendered engine command line (all roles)."""
+    """SGLang 0.5.23's own parser accepts every rendered engine command line (all roles), and
+    preflight's reader (the init container's --engine-args) lands on the same settings."""
     lines: dict[str, list[str]] = {}
     for name, docs in rendered_scenarios.items():
         for role, template in chart_tool.pod_templates(chart_tool.engine_workload(docs)):
@@ -97,7 +98,8 @@ def test_should_parse_with_sglang_server_args_when_rendering_every_scenario(
         "out = {}\n"
         "for key, args in json.load(sys.stdin).items():\n"
         "    a = prepare_server_args(args)\n"
-        "    out[key] = [a.tp_size, a.speculative_algorithm, a.nnodes, a.model_path]\n"
+        "    out[key] = [a.tp_size, a.speculative_algorithm, a.nnodes, a.model_path,\n"
+        "                a.mamba_ssm_dtype, a.quantization, a.mem_fraction_static]\n"
         "print(json.dumps(out))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(chart_tool.REPO / "tests" / "stubs")}
@@ -112,9 +114,26 @@ def test_should_parse_with_sglang_server_args_when_rendering_every_scenario(
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert parsed["ci-default/single"] == [2, "NEXTN", 1, "/models/Qwen3.6-35B-A3B-w8a8"]
+    assert parsed["ci-default/single"][:5] == [
+        2,
+        "NEXTN",
+        1,
+        "/models/Qwen3.6-35B-A3B-w8a8",
+        "bfloat16",
+    ]
     assert parsed["ci-mtp-off/single"][1] is None
     assert parsed["qwen3.5-397b-a17b-w8a8-mtp-on/worker"][:3] == [16, "NEXTN", 2]
+    from qwen_npu.preflight.engine_args import read_engine_args
+
+    for key, args in lines.items():
+        e = read_engine_args(args)
+        tp, algorithm, _, model, dtype, quantization, fraction = parsed[key]
+        assert [e.tp, e.speculative_algorithm, e.model_path] == [tp, algorithm, model], key
+        assert [e.mamba_ssm_dtype, e.quantization, e.mem_fraction_static] == [
+            dtype,
+            quantization,
+            fraction,
+        ], key
 
 
 def test_should_wire_lws_env_into_multinode_flags_when_nodes_above_one(

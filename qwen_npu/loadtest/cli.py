@@ -168,8 +168,10 @@ def main(argv: list[str]) -> int:
 
     if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and not args.vocab_size:
         say(
-            f"bench note=vocab_size={DEFAULT_VOCAB_SIZE} (default); token ids match "
-            "sglang.benchmark.serving's only for a tokenizer of that size: pass TOKENIZER=<dir>"
+            "note",
+            vocab_size=f"{DEFAULT_VOCAB_SIZE} (default)",
+            what="token ids match sglang.benchmark.serving's only for a tokenizer of that size",
+            next="pass TOKENIZER=<dir>",
         )
     records: list[dict[str, Any]] = []
     interrupted = False
@@ -177,13 +179,13 @@ def main(argv: list[str]) -> int:
         try:
             record, interrupted = run_one(replace(config, concurrency=conc))
         except TargetNotReady as exc:
-            say(str(exc))
+            print(exc, file=sys.stderr, flush=True)  # one line naming the fix
             return 1
         records.append(record)
         if args.output:
             append_jsonl(args.output, record)
         if interrupted:
-            say("bench interrupted=true: the table below holds what was measured")
+            say("interrupted", what="the table below holds what was measured")
             break
 
     print(format_table(records))
@@ -209,7 +211,7 @@ def main(argv: list[str]) -> int:
     if interrupted:
         return 130
     verdicts = ",".join(f"{r['max_concurrency']}:{r['verdict']}" for r in records)
-    say(f"bench done verdicts={verdicts} exit={status}")
+    say("done", verdicts=verdicts, exit=status)
     return status
 
 

@@ -135,7 +135,7 @@ def run_interleaved(
     for conc in concs:
         for rep in range(repeats):
             for side in sides:
-                say(f"compare run conc={conc} repeat={rep + 1}/{repeats} side={side.label}")
+                say("compare_run", conc=conc, repeat=f"{rep + 1}/{repeats}", side=side.label)
                 config = replace(base, target=side.url, concurrency=conc, tag=side.label)
                 record, interrupted = run_one(config)
                 record.update(
@@ -167,16 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def bench_config(bench_args: Sequence[str], target: str) -> Any:
-    """The bench's own flags, validated by the bench's own parser."""
+def bench_config(bench_args: Sequence[str], target: str, prog: str = PROG) -> Any:
+    """The bench's own flags, validated by the bench's own parser (errors name ``prog``)."""
     from qwen_npu.loadtest import cli
 
     parser = cli.build_parser()
-    parser.prog = PROG
+    parser.prog = prog
     args = parser.parse_args(["--target", target, *bench_args])
     for flag in ("sweep", "baseline", "output"):
         if getattr(args, flag):
-            raise CompareError(f"--{flag} is a qwen-npu bench flag that {PROG} sets itself")
+            raise CompareError(f"--{flag} is a qwen-npu bench flag that {prog} sets itself")
     return cli.config_from_args(args)
 
 

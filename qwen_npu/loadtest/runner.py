@@ -26,13 +26,13 @@ from locust.runners import MasterRunner
 
 import requests  # isort: skip  (after locust: gevent's monkey-patching comes first)
 
+from qwen_npu import log as shared_log
 from qwen_npu import processes
 from qwen_npu.loadtest import locustfile as lf
 from qwen_npu.loadtest.backends import RequestInput, RequestOutput
 from qwen_npu.loadtest.config import ENV_VAR, BenchConfig
 from qwen_npu.loadtest.server_counters import CounterSnapshot, scrape
 
-log = logging.getLogger("qwen_npu.bench")
 # Locust warns about a spawn rate above 100/s; starting all CONC users at once is the point here.
 logging.getLogger("locust.runners").setLevel(logging.ERROR)
 
@@ -53,16 +53,17 @@ class TargetNotReady(RuntimeError):
     """The target did not answer in time, or the warm-up request failed."""
 
 
-def say(message: str) -> None:
-    """Progress and status lines: key=value, on stderr, flushed (the table goes to stdout)."""
-    print(message, file=sys.stderr, flush=True)
+def say(event: str, level: str = "info", **fields: object) -> None:
+    """Progress and status lines on stderr in the shared shape (qwen_npu/log.py):
+    ``qwen_npu.bench level=INFO event=<event> k=v ...`` (the table goes to stdout)."""
+    shared_log.log("bench", level, event, **fields)
 
 
 def wait_ready(config: BenchConfig) -> None:
     deadline = time.monotonic() + config.ready_timeout_s
     url = config.target.rstrip("/") + "/v1/models"
     last = ""
-    say(f"bench waiting=target url={url} timeout_s={config.ready_timeout_s:.0f}")
+    say("waiting_for_target", url=url, timeout_s=f"{config.ready_timeout_s:.0f}")
     while time.monotonic() < deadline:
         try:
             resp = requests.get(url, timeout=5)
@@ -190,9 +191,13 @@ def run(config: BenchConfig) -> RunResult:
     gevent.signal_handler(signal.SIGTERM, on_signal)
 
     say(
-        f"bench phase=measure target={config.target} api={config.api} "
-        f"concurrency={config.concurrency} num_prompts={config.num_prompts} "
-        f"workers={config.workers} (Ctrl-C stops and keeps what was measured)"
+        "measure",
+        target=config.target,
+        api=config.api,
+        concurrency=config.concurrency,
+        num_prompts=config.num_prompts,
+        workers=config.workers,
+        next="Ctrl-C stops and keeps what was measured",
     )
     t0 = time.perf_counter()
     runner.start(config.concurrency, spawn_rate=max(config.concurrency, 1) * 1000)
@@ -205,11 +210,18 @@ def run(config: BenchConfig) -> RunResult:
             done = len(collector.outputs)
             failed = sum(1 for o in collector.outputs if not o.success)
             say(
-                f"bench progress done={done}/{config.num_prompts} failed={failed} "
-                f"elapsed_s={now - t0:.1f} req_per_s={done / (now - t0):.2f}"
+                "progress",
+                done=f"{done}/{config.num_prompts}",
+                failed=failed,
+                elapsed_s=f"{now - t0:.1f}",
+                req_per_s=f"{done / (now - t0):.2f}",
             )
         if config.workers > 0 and all(w.poll() is not None for w in workers):
-            say("bench error=all locust workers exited; keeping what was measured")
+            say(
+                "workers_exited",
+                "error",
+                what="every locust worker exited; keeping what was measured",
+            )
             break
     end = collector.done_at or time.perf_counter()
     interrupted = stop["flag"] and collector.done_at is None
@@ -231,7 +243,7 @@ def _stop(runner: Any, workers: list[subprocess.Popen[bytes]]) -> None:
     try:
         runner.quit()
     except Exception as exc:  # stopping must not hide the results
-        log.debug("runner quit failed: %s", exc)
+        say("runner_quit_failed", "debug", error=exc)
     for w in workers:
         try:
             w.wait(timeout=10)  # they leave on the master's quit

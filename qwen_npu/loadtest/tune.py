@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 < args.time_scale <= 10:
             raise CompareError(f"TIME_SCALE={args.time_scale}: use a factor in (0, 10]")
         urls = parse_urls(args.urls, settings) if args.urls.strip() else None
-        base = bench_config(rest, "http://127.0.0.1:30000")
+        base = bench_config(rest, "http://127.0.0.1:30000", PROG)
         fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
             from qwen_npu.serve.sim.config import ConfigError, profile_path

@@ -62,10 +62,14 @@ def _module_loaded(name: str) -> None:
                 __import__(patch_module)
                 sys.modules[patch_module].apply()
             except Exception as exc:  # never break SGLang's import because of a patch
-                print(
-                    f"qwen_npu.patches level=ERROR event=patch.hook_failed module={patch_module} "
-                    f'error="{type(exc).__name__}: {exc}" next="run qwen-npu patches verify"',
-                    file=sys.stderr,
+                from qwen_npu.patches.log import log  # logging only now: nothing at start-up
+
+                log(
+                    "error",
+                    "patch.hook_failed",
+                    module=patch_module,
+                    error=f"{type(exc).__name__}: {exc}",
+                    next="run qwen-npu patches verify",
                 )
 
 

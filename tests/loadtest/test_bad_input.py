@@ -16,7 +16,7 @@ CLOSED = "http://127.0.0.1:9"
 
 
 def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if not line.startswith("bench note=")]
+    lines = [line for line in stderr.splitlines() if not line.startswith("qwen_npu.bench ")]
     assert len(lines) == 1, stderr
     return lines[0]
 
@@ -74,9 +74,11 @@ def test_a_url_that_answers_404_fails_at_once(answers_404: str, tmp_path: Path) 
     proc, recs = bench(answers_404, tmp_path / "b.jsonl", "--ready-timeout", "60")
     assert proc.returncode == 1 and recs == []
     assert time.monotonic() - started < 50  # not the 60 s ready wait: 404 will not change
-    said = [line for line in proc.stderr.splitlines() if not line.startswith("bench note=")]
-    assert said[0].startswith("bench waiting=target url=" + answers_404 + "/v1/models")
-    assert said[1:] == [
+    logged = [line for line in proc.stderr.splitlines() if line.startswith("qwen_npu.bench ")]
+    said = [line for line in proc.stderr.splitlines() if line not in logged]
+    waiting = "qwen_npu.bench level=INFO event=waiting_for_target url="
+    assert [line for line in logged if line.startswith(waiting + answers_404 + "/v1/models")]
+    assert said == [
         f"bench: target={answers_404} answers HTTP 404 to GET /v1/models: it is not an SGLang "
         "server's base URL; pass TARGET=http://<host>:<port> (no path)"
     ]

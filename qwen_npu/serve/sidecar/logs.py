@@ -1,51 +1,38 @@
-"""Structured log lines for the sidecar: one JSON object per line on stderr.
+"""The sidecar's log lines: ``qwen_npu.sidecar level=... event=... key=value ... next="..."``.
 
-Why this exists: on-call reads the sidecar's log with ``kubectl logs -c sidecar | jq``; every line
-has ``ts``, ``level``, ``event`` and, where something needs doing, ``action`` (what to do next).
-Only transitions are logged (engine became ready, started failing, restarted, canary degenerated),
-and repeated engine errors at most once a minute per kind, so a hanging engine does not flood it.
+Why this exists: on-call reads the sidecar's log with ``kubectl logs -c sidecar``, in the shape
+every part of qwen-npu writes (qwen_npu/log.py): the event, its fields and, where something needs
+doing, ``next=`` (what to do next). Only transitions are logged (engine became ready, started
+failing, restarted, canary degenerated), and repeated engine errors at most once a minute per kind
+(``RateLimiter``), so a hanging engine does not flood it. uvicorn's own lines come out in the same
+shape (``event=message msg="..."``).
+
+The interface the sidecar's modules call: ``setup(level)``, ``log(level, event, **fields)``,
+``RateLimiter``. ``action=`` (the key the sidecar used before the shared shape) is written as
+``next=``.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
 import time
 from typing import Any
 
-LOGGER_NAME = "qwen_npu.sidecar"
+from qwen_npu import log as _shared
 
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        fields: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "event": record.getMessage(),
-        }
-        fields.update(getattr(record, "fields", {}))
-        return json.dumps(fields, default=str, ensure_ascii=False)
+PART = "sidecar"
+LOGGER_NAME = f"{_shared.PREFIX}.{PART}"
 
 
 def setup(level: str = "info") -> None:
-    """Send the sidecar's (and uvicorn's error) logs to stderr as JSON lines."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter())
-    for name in (LOGGER_NAME, "uvicorn", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        logger.handlers[:] = [handler]
-        logger.setLevel(level.upper())
-        logger.propagate = False
+    """Send the sidecar's (and uvicorn's error) logs to stderr in the shared shape."""
+    _shared.setup(PART, level, also=("uvicorn", "uvicorn.error"))
 
 
 def log(level: str, event: str, **fields: Any) -> None:
-    logging.getLogger(LOGGER_NAME).log(
-        logging.getLevelNamesMapping()[level.upper()],
-        event,
-        extra={"fields": {k: v for k, v in fields.items() if v is not None}},
-    )
+    """One line at ``level``; ``next=`` (or the older ``action=``) last."""
+    nxt = fields.pop("next", None) or fields.pop("action", None)
+    fields.pop("action", None)
+    _shared.log(PART, level, event, **fields, next=nxt)
 
 
 class RateLimiter:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import typing
 from typing import Any
 
 from pydantic.fields import FieldInfo
 
+from qwen_npu import log as shared_log
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.serve.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles, typed
 
@@ -82,11 +82,8 @@ def effective(cfg: SimConfig) -> dict[str, Any]:
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    """The simulator's lines (and uvicorn's) in the shared shape (qwen_npu/log.py)."""
+    shared_log.setup("sim", level, also=("uvicorn", "uvicorn.error"))
 
 
 def main(argv: list[str]) -> int:
@@ -103,12 +100,13 @@ def main(argv: list[str]) -> int:
         print(json.dumps(effective(cfg), indent=2))
         return 0
     setup_logging(cfg.log_level)
-    log = logging.getLogger("qwen_npu.sim")
-    log.warning("event=banner what=%r", BANNER)
-    log.info(
-        "event=config effective=%s from=%s",
-        json.dumps(effective(cfg), separators=(",", ":")),
-        json.dumps(origin, separators=(",", ":")),
+    log = shared_log.PartLog("sim")
+    log("warning", "banner", what=BANNER)
+    log(
+        "info",
+        "config",
+        effective=json.dumps(effective(cfg), separators=(",", ":")),
+        **{"from": json.dumps(origin, separators=(",", ":"))},
     )
     return serve(cfg)
 

@@ -14,13 +14,13 @@ environment variable ``QWEN_NPU_DRAIN_CHECK_S``, else 5 s (SGLang's); tests set 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Callable
 
+from qwen_npu.log import PartLog
 from qwen_npu.serve.sim.state import Sim
 
-log = logging.getLogger("qwen_npu.sim")
+log = PartLog("sim")
 
 #: SGLang's watchdog period (seconds).
 DEFAULT_CHECK_S = 5.0
@@ -40,7 +40,7 @@ def check_interval_s(sim: Sim) -> float:
     try:
         value = float(raw) if raw else DEFAULT_CHECK_S
     except ValueError:
-        log.error("event=bad_env name=%s value=%r next='a number of seconds > 0'", CHECK_ENV, raw)
+        log("error", "bad_env", name=CHECK_ENV, value=raw, next="a number of seconds > 0")
         return DEFAULT_CHECK_S
     return value if value > 0 else DEFAULT_CHECK_S
 
@@ -65,14 +65,15 @@ class Drain:
         """Enter the draining state (runs on the event loop; a second SIGTERM changes nothing)."""
         sim = self.sim
         if sim.draining:
-            log.warning("event=sigterm_again what='already draining' in_flight=%d", sim.in_flight)
+            log("warning", "sigterm_again", what="already draining", in_flight=sim.in_flight)
             return
         sim.draining = True
-        log.warning(
-            "event=draining in_flight=%d check_every_s=%g what='SIGTERM: /health now 503, "
-            "in-flight requests finish, then exit 0'",
-            sim.in_flight,
-            check_interval_s(sim),
+        log(
+            "warning",
+            "draining",
+            in_flight=sim.in_flight,
+            check_every_s=f"{check_interval_s(sim):g}",
+            what="SIGTERM: /health now 503, in-flight requests finish, then exit 0",
         )
         self.task = asyncio.get_running_loop().create_task(self.watchdog())
 
@@ -81,16 +82,16 @@ class Drain:
         interval = check_interval_s(sim)
         while True:
             if sim.unhealthy:
-                log.error("event=forced_exit reason='SIGTERM while the last health check failed'")
+                log("error", "forced_exit", reason="SIGTERM while the last health check failed")
                 self.stop(1)
                 return
             if force_shutdown():
-                log.error("event=forced_exit reason='SIGTERM with %s set'", FORCE_ENV)
+                log("error", "forced_exit", reason=f"SIGTERM with {FORCE_ENV} set")
                 self.stop(1)
                 return
             if sim.in_flight <= 0:
-                log.warning("event=drained what='no request in flight; exiting 0'")
+                log("warning", "drained", what="no request in flight; exiting 0")
                 self.stop(0)
                 return
-            log.info("event=draining in_flight=%d", sim.in_flight)
+            log("info", "draining", in_flight=sim.in_flight)
             await asyncio.sleep(interval)

@@ -8,17 +8,17 @@ when it is done, 1 when it was forced; SIGINT keeps uvicorn's behaviour.
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from types import FrameType
 
 import uvicorn
 
+from qwen_npu.log import PartLog
 from qwen_npu.serve.ports import cannot_listen
 from qwen_npu.serve.sim.config import SimConfig
 from qwen_npu.serve.sim.drain import Drain
 
-log = logging.getLogger("qwen_npu.sim")
+log = PartLog("sim")
 
 
 class DrainingServer(uvicorn.Server):
@@ -76,36 +76,32 @@ def serve(cfg: SimConfig) -> int:
     server.drain = Drain(app.state.sim, server.stop)
     busy = cannot_listen(cfg.host, cfg.port)
     if busy:
-        log.error(
-            "event=cannot_listen host=%s port=%d error=%r "
-            "next='pick a free --port or check --host'",
-            cfg.host,
-            cfg.port,
-            busy,
+        log(
+            "error",
+            "cannot_listen",
+            host=cfg.host,
+            port=cfg.port,
+            error=busy,
+            next="pick a free --port or check --host",
         )
         return 1
-    log.info(
-        "event=listening url=http://%s:%d next='curl http://%s:%d/health'",
-        cfg.host,
-        cfg.port,
-        cfg.host,
-        cfg.port,
-    )
+    url = f"http://{cfg.host}:{cfg.port}"
+    log("info", "listening", url=url, next=f"curl {url}/health")
     try:
         # The loop polls through clock.StampingSelector: arrivals are stamped at the poll.
         with asyncio.Runner(loop_factory=new_loop) as runner:
             runner.run(server.serve())
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled after a clean shutdown
-        log.info("event=stopped reason=SIGINT")
+        log("info", "stopped", reason="SIGINT")
         return 0
     except OSError as exc:
-        log.error("event=cannot_listen error=%r next='pick a free --port'", str(exc))
+        log("error", "cannot_listen", error=str(exc), next="pick a free --port")
         return 1
     except SystemExit:  # uvicorn exits (code 3) when the bind fails after all; it logged why
-        log.error("event=cannot_listen next='pick a free --port or check --host'")
+        log("error", "cannot_listen", next="pick a free --port or check --host")
         return 1
     if not server.started:
-        log.error("event=cannot_listen next='pick a free --port or check --host'")
+        log("error", "cannot_listen", next="pick a free --port or check --host")
         return 1
-    log.info("event=stopped exit_code=%d", server.exit_code)
+    log("info", "stopped", exit_code=server.exit_code)
     return server.exit_code

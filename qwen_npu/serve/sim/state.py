@@ -17,6 +17,7 @@ import time
 
 from fastapi.responses import JSONResponse
 
+from qwen_npu.log import PartLog
 from qwen_npu.serve.sim import protocol as proto
 from qwen_npu.serve.sim.config import SimConfig
 from qwen_npu.serve.sim.engine import Engine
@@ -25,12 +26,12 @@ from qwen_npu.serve.sim.faults import Faults
 from qwen_npu.serve.sim.metrics import SimMetrics
 from qwen_npu.serve.sim.tokens import stream_for
 
-log = logging.getLogger("qwen_npu.sim")
+log = PartLog("sim")
 
 
 def crash(reason: str) -> None:
     """Exit 1 at once, as a crashed engine would (no drain, no clean shutdown)."""
-    log.error("event=crash reason=%r what='exiting 1 as asked (simulated crash)'", reason)
+    log("error", "crash", reason=reason, what="exiting 1 as asked (simulated crash)")
     logging.shutdown()
     os._exit(1)
 
@@ -73,7 +74,7 @@ class Sim:
             loop.call_later(self.cfg.crash_after_s, crash, "crash-after-s elapsed")
 
     def _log_ready(self) -> None:
-        log.info("event=ready what='the simulator answers /health and /generate now'")
+        log("info", "ready", what="the simulator answers /health and /generate now")
 
     @property
     def eng(self) -> Engine:

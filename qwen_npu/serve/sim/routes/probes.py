@@ -9,15 +9,15 @@ not draining.
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from qwen_npu.log import PartLog
 from qwen_npu.serve.sim import protocol as proto
 from qwen_npu.serve.sim.routes import sim_of
 
-log = logging.getLogger("qwen_npu.sim")
+log = PartLog("sim")
 router = APIRouter()
 
 
@@ -45,9 +45,11 @@ async def health(request: Request) -> Response:
                 sim.unhealthy = False
                 return Response(status_code=200)
         sim.unhealthy = True
-        log.warning(
-            "event=health_failed what='no engine output within health-check-timeout-s' "
-            "next='check the hang_generate fault or the queue'"
+        log(
+            "warning",
+            "health_failed",
+            what="no engine output within health-check-timeout-s",
+            next="check the hang_generate fault or the queue",
         )
         return Response(status_code=503)
     finally:

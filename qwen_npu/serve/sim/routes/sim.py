@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from qwen_npu.log import PartLog
 from qwen_npu.serve.sim import protocol as proto
 from qwen_npu.serve.sim.faults import FaultError
 from qwen_npu.serve.sim.routes import bad_request, sim_of
 from qwen_npu.serve.sim.state import crash
 
-log = logging.getLogger("qwen_npu.sim")
+log = PartLog("sim")
 router = APIRouter()
 
 
@@ -31,7 +31,7 @@ async def patch_faults(request: Request) -> Response:
     except (FaultError, proto.BadRequest) as exc:
         return bad_request(str(exc))
     sim.faults.apply(changes)
-    log.warning("event=faults_changed changes=%s now=%s", changes, sim.faults.as_dict())
+    log("warning", "faults_changed", changes=changes, now=sim.faults.as_dict())
     if "hang_generate" in changes:
         if changes["hang_generate"]:
             sim.eng.pause()

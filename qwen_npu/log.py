@@ -1,0 +1,139 @@
+"""The one log line shape of every part of qwen-npu (patches, sidecar, simulator, load test, fetch):
+
+    qwen_npu.<part> level=<LEVEL> event=<event> key=value ... next="<what to do next>"
+
+Why this exists: at 3 a.m. on-call greps one shape in the engine's, the sidecar's and the Job's
+logs: one line per event, logfmt (a value with a space, a quote or ``=`` is double-quoted with
+backslash escapes; ``None`` fields are left out), and ``next=`` where something needs doing.
+Each part keeps a ``log(level, event, **fields)`` of its own that calls ``log`` here with its
+part name. A part's logger has its own stderr handler (the lines appear whatever the host process
+does with the root logger, e.g. SGLang in the engine) and does not propagate.
+
+Standard library only: it runs inside the engine (Python 3.12) too.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable, Mapping
+
+PREFIX = "qwen_npu"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def quote(value: object) -> str:
+    """A logfmt value: as is, or double-quoted when it holds a space, a quote, ``=``, a newline."""
+    text = str(value)
+    if text == "" or any(c in text for c in ' "=\n\t'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+def format_fields(event: str, fields: Mapping[str, object]) -> str:
+    """``event=<event> k=v ...`` in the order given, ``None`` values left out."""
+    parts = [f"event={event}"]
+    parts += [f"{key}={quote(value)}" for key, value in fields.items() if value is not None]
+    return " ".join(parts)
+
+
+def level_number(level: str) -> int:
+    """``"info"``, ``"warn"``, ``"WARNING"`` ... as logging's number (unknown names: INFO)."""
+    number = logging.getLevelNamesMapping().get(level.strip().upper())
+    return number if number is not None else logging.INFO
+
+
+def line(part: str, level: str, event: str, **fields: object) -> str:
+    """The line ``log`` writes, as a string (for a part that prints before logging is set up)."""
+    name = logging.getLevelName(level_number(level))
+    return f"{PREFIX}.{part} level={name} {format_fields(event, fields)}"
+
+
+class Formatter(logging.Formatter):
+    """The shape for any record: ``log``'s records carry their event and fields; a plain record
+    (a library's own message, e.g. uvicorn's) becomes ``event=message msg="..."``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event = getattr(record, "qwen_npu_event", None)
+        fields: Mapping[str, object] = getattr(record, "qwen_npu_fields", {})
+        if event is None:
+            event, fields = "message", {"msg": record.getMessage()}
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            fields = {**fields, "error": f"{type(exc).__name__}: {exc}"}
+        return f"{record.name} level={record.levelname} {format_fields(event, fields)}"
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (test capture, redirected streams)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(Formatter())
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+def get_logger(part: str, level: str | None = None) -> logging.Logger:
+    """The logger ``qwen_npu.<part>`` with the shared stderr handler (added once), not
+    propagating; ``level`` sets its threshold (left as it is when not given; INFO at first)."""
+    logger = logging.getLogger(f"{PREFIX}.{part}")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+        logger.propagate = False
+        if level is None and logger.level == logging.NOTSET:
+            level = "INFO"
+    if level is not None:
+        logger.setLevel(level_number(level))
+    return logger
+
+
+def setup(part: str, level: str, also: Iterable[str] = ()) -> logging.Logger:
+    """A process's logging: the part's logger at ``level``, and the loggers named in ``also``
+    (a server library's, e.g. uvicorn's) written in the same shape through the same handler."""
+    logger = get_logger(part, level)
+    for name in also:
+        other = logging.getLogger(name)
+        other.handlers[:] = [_StderrHandler()]
+        other.setLevel(level_number(level))
+        other.propagate = False
+    return logger
+
+
+def log(part: str, level: str, event: str, **fields: object) -> None:
+    """Emit one line ``qwen_npu.<part> level=... event=<event> k=v ...`` at ``level``."""
+    get_logger(part).log(
+        level_number(level),
+        event,
+        extra={"qwen_npu_event": event, "qwen_npu_fields": fields},
+    )
+
+
+class PartLog:
+    """``log(level, event, **fields)`` of one part: ``log = PartLog("sim")``, then
+    ``log("info", "ready", next="...")``."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __call__(self, level: str, event: str, **fields: object) -> None:
+        log(self.part, level, event, **fields)
+
+
+__all__ = [
+    "PREFIX",
+    "Formatter",
+    "PartLog",
+    "format_fields",
+    "get_logger",
+    "line",
+    "log",
+    "quote",
+    "setup",
+]

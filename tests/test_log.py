@@ -1,0 +1,71 @@
+"""qwen_npu/log.py: one line shape for every part, `qwen_npu.<part> level=... event=... k=v ...`."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+
+import pytest
+
+from qwen_npu import log
+
+
+def fields_of(line: str) -> tuple[str, dict[str, str]]:
+    """The logger name and the key=value fields of one line (logfmt quoting undone)."""
+    name, *rest = shlex.split(line)
+    return name, dict(word.split("=", 1) for word in rest)
+
+
+def test_one_line_with_event_fields_and_next(capsys: pytest.CaptureFixture[str]) -> None:
+    log.log("testpart", "warning", "disk.full", path="/var/lib/x y", used=0.97, skipped=None,
+            next='free space, then "retry"')  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith('qwen_npu.testpart level=WARNING event=disk.full path="/var/lib/x y" ')
+    name, fields = fields_of(err)
+    assert name == "qwen_npu.testpart"
+    assert fields == {
+        "level": "WARNING",
+        "event": "disk.full",
+        "path": "/var/lib/x y",
+        "used": "0.97",
+        "next": 'free space, then "retry"',
+    }
+
+
+def test_every_part_writes_the_same_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    from qwen_npu.loadtest.runner import say
+    from qwen_npu.patches.log import log as patches_log
+    from qwen_npu.serve.sidecar.logs import log as sidecar_log
+
+    patches_log("error", "patch.drifted", patch="p", next="port it")
+    sidecar_log("warning", "engine_stuck_or_dead", action="restart the pod")
+    log.PartLog("sim")("info", "ready", what="serving")
+    say("progress", done="3/10")
+    lines = capsys.readouterr().err.splitlines()
+    parts = [fields_of(line) for line in lines]
+    assert [name for name, _ in parts] == [
+        "qwen_npu.patches",
+        "qwen_npu.sidecar",
+        "qwen_npu.sim",
+        "qwen_npu.bench",
+    ]
+    assert all(list(f)[:2] == ["level", "event"] for _, f in parts)
+    assert parts[1][1]["next"] == "restart the pod"  # the sidecar's older action= key
+
+
+def test_a_library_record_comes_out_in_the_same_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    log.setup("testlib", "info", also=("testlib.server",))
+    logging.getLogger("testlib.server").info("Started server process [%d]", 42)
+    logging.getLogger("testlib.server").debug("not shown at info")
+    err = capsys.readouterr().err
+    assert err == 'testlib.server level=INFO event=message msg="Started server process [42]"\n'
+
+
+def test_level_names_and_the_threshold(capsys: pytest.CaptureFixture[str]) -> None:
+    logger = log.get_logger("thresholdpart", "warn")
+    log.log("thresholdpart", "info", "quiet")
+    log.log("thresholdpart", "error", "loud")
+    assert capsys.readouterr().err == "qwen_npu.thresholdpart level=ERROR event=loud\n"
+    assert logger.level == logging.WARNING
+    assert log.line("x", "warn", "e", k="a=b") == 'qwen_npu.x level=WARNING event=e k="a=b"'

@@ -119,8 +119,7 @@ class HuggingFace:
     @contextmanager
     def open(self, listing: Listing, f: RemoteFile, offset: int) -> Iterator[Stream]:
         import httpx
-        from huggingface_hub import hf_hub_url
-        from huggingface_hub import get_session
+        from huggingface_hub import get_session, hf_hub_url
         from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
         url = hf_hub_url(

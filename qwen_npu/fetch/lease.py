@@ -41,7 +41,7 @@ class Lease:
         path: Path,
         seconds: float = 120.0,
         wait_seconds: float = 6 * 3600.0,
-        poll_seconds: float = 2.0,
+        poll_seconds: float = 0.5,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = path

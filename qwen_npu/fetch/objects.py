@@ -31,6 +31,7 @@ _MULTI_ETAG = re.compile(r"^[0-9a-f]{32}-[0-9]+$")
 AUTH_CODES = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}
 )
+_LOADER: Any = None
 RETRY_CODES = frozenset(
     {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "503", "500"}
 )
@@ -50,6 +51,7 @@ class ObjectStore:
     def client(self) -> Any:
         if self._client is None:
             import boto3
+            import botocore.session
             from botocore.config import Config
 
             config = Config(
@@ -74,7 +76,13 @@ class ObjectStore:
                     aws_access_key_id=os.environ.get(self.key_env) or None,
                     aws_secret_access_key=os.environ.get(self.secret_env) or None,
                 )
-            self._client = boto3.session.Session().client("s3", **kwargs)
+            global _LOADER
+            core = botocore.session.Session()  # fresh: credentials are read from the env now
+            if _LOADER is None:
+                _LOADER = core.get_component("data_loader")
+            core.register_component("data_loader", _LOADER)  # botocore's models load once
+            session = boto3.session.Session(botocore_session=core)
+            self._client = session.client("s3", **kwargs)
         return self._client
 
     def _error(self, exc: Exception, what: str) -> Exception:

@@ -177,7 +177,9 @@ def fetch_file(
     for attempt in range(1, retry.attempts + 1):
         if stop.is_set():
             raise FetchError("stopped: another file failed")
-        have = part.stat().st_size if part.exists() else 0
+        if not part.exists():
+            part.touch()  # an empty file is a file too (the hubs list 0-byte placeholders)
+        have = part.stat().st_size
         if have > f.size:
             part.unlink()
             progress.add(-have)
@@ -191,7 +193,7 @@ def fetch_file(
                         progress.add(-have)
                         have = 0
                         hasher = Hasher(f)
-                    with part.open("r+b" if part.exists() else "wb") as out:
+                    with part.open("r+b") as out:
                         out.seek(have)
                         out.truncate()
                         for chunk in stream.chunks:

@@ -127,3 +127,58 @@ def test_pth_hook_applies_a_patch(minor: str, child: Any) -> None:
         "None",
     )
     assert any("event=patch.applied" in line for line in hook["log"]), hook["log"]
+
+
+#: The verbs that run inside the engine image (the init container's preflight, the UB plan, the
+#: patch list), each with the arguments to run it with; ``{ckpt}`` is a synthetic 35B checkpoint.
+ENGINE_VERBS = (
+    ("preflight", "--json", "--engine-args", "--model-path", "{ckpt}", "--tp-size", "2"),
+    ("preflight", "{ckpt}", "--tp", "2", "--mamba-ssm-dtype", "bfloat16", "--json"),
+    (
+        "ub-plan",
+        "--value-head-dim",
+        "128",
+        "--key-head-dim",
+        "128",
+        "--dtype",
+        "bfloat16",
+        "--json",
+    ),
+    ("patches", "list", "--json"),
+)
+
+
+def _run_verb(python: str, argv: list[str]) -> tuple[int, Any, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "QWEN_NPU"))}
+    env["PYTHONPATH"] = str(REPO)  # the source tree alone: no venv package on the path
+    done = subprocess.run(
+        [python, "-s", "-m", "qwen_npu", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+    try:
+        parsed: Any = json.loads(done.stdout)
+    except ValueError:
+        parsed = done.stdout
+    return done.returncode, parsed, done.stderr
+
+
+@pytest.mark.parametrize("minor", sorted(interpreters()))
+def test_engine_verbs_answer_the_same_on_each_python(
+    minor: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Same exit code and JSON on the engine's Python as on the venv's, from the stdlib alone."""
+    from tests.support.checkpoints import write_checkpoint
+
+    ckpt = tmp_path_factory.getbasetemp() / "py-versions-35b"
+    if not (ckpt / "config.json").exists():
+        write_checkpoint(ckpt, "35B-A3B")
+    for verb in ENGINE_VERBS:
+        argv = [a.format(ckpt=ckpt) for a in verb]
+        want = _run_verb(sys.executable, argv)
+        got = _run_verb(interpreters()[minor], argv)
+        assert want[0] in (0, 1), (argv, want[2][-2000:])
+        assert (got[0], got[1]) == (want[0], want[1]), (minor, argv, got[2][-2000:])

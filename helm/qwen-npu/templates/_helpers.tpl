@@ -110,12 +110,16 @@ WARNING: monitoring.prometheusRule.thresholds.startupBudgetSeconds is deprecated
 {{- end }}
 
 {{/*
-"<repository>:<tag><tagSuffix>" of one image block; the tag defaults to the chart's appVersion.
-tagSuffix picks a chip build of the same version (the A3 engine image is tagged <version>-a3).
+"<repository>:<tag><tagSuffix>[@<digest>]" of one image block; the tag defaults to the chart's
+appVersion. tagSuffix picks a chip build of the same version (the A3 engine image is tagged
+<version>-a3). global.imageRegistry replaces everything before the repository's last path part
+(a site mirror); the block's `digests` pins the rendered tag to the digest `make release` pushed.
 */}}
 {{- define "qwen-npu.image" -}}
-{{- $tag := default .root.Chart.AppVersion .image.tag }}
-{{- printf "%s:%s%s" .image.repository (toString $tag) (toString (default "" .image.tagSuffix)) }}
+{{- $tag := printf "%s%s" (toString (default .root.Chart.AppVersion .image.tag)) (toString (default "" .image.tagSuffix)) }}
+{{- $repository := .image.repository }}
+{{- with (.root.Values.global).imageRegistry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) (base $repository) }}
 {{- end }}
 
 {{/* The checkpoint directory as the containers see it. */}}

@@ -1,0 +1,438 @@
+"""The whole release path against real registries (Debian's docker-registry, TLS, basic auth):
+release, the chart installed-rendered from oci://, bundle, bundle-load into a second registry, the
+containers policy refusing unsigned and tampered images, and each bad input as one line with
+nothing left tagged. Tiny images stand in for the engine and the sidecar (the multi-GB engine goes
+through `make release` itself; docs/images.md has its figures).
+
+The tests run in file order on one release (module-scoped fixtures): the tampering comes last.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.release.conftest import VERSION, one_error_line, tiny_image
+from tools.release import chart, flow, oci, signing
+
+pytestmark = [pytest.mark.system, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def released(
+    cli: Any,
+    registries: Any,
+    images: dict[str, str],
+    site_key: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    rel, _ = registries
+    out = tmp_path_factory.mktemp("release-out")
+    result = cli(
+        "release",
+        "--registry",
+        f"{rel.host}/qwen",
+        "--key",
+        site_key.fingerprint,
+        "--out",
+        str(out),
+        "--node-keyring",
+        str(site_key.keyring),
+        "--image",
+        f"engine:{VERSION}={images['engine']}",
+        "--image",
+        f"sidecar:{VERSION}={images['sidecar']}",
+    )
+    assert result.code == 0, result.stderr
+    record = json.loads((out / VERSION / "record.json").read_text())
+    return {"out": out, "record": record, "dir": out / VERSION}
+
+
+def _policy_pull(
+    reg: Any, ref: str, policy: Path, sigstore: Path, work: Path, pki: Any, scope: str
+) -> subprocess.CompletedProcess[str]:
+    """A pull through containers/image with a policy: what podman and CRI-O do on every pull."""
+    regd = work / "registries.d"
+    regd.mkdir(parents=True, exist_ok=True)
+    (regd / "qwen-npu.yaml").write_text(signing.registries_d(scope, f"file://{sigstore}"))
+    certs = work / "certs"
+    certs.mkdir(exist_ok=True)
+    shutil.copy(pki.ca, certs / "ca.crt")
+    dest = work / "pulled"
+    shutil.rmtree(dest, ignore_errors=True)
+    return subprocess.run(
+        [
+            "skopeo",
+            "--policy",
+            str(policy),
+            "--registries.d",
+            str(regd),
+            "copy",
+            "--src-creds",
+            "releaser:s3cret-test",
+            "--src-cert-dir",
+            str(certs),
+            f"docker://{ref}",
+            f"dir:{dest}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_release_pushes_signs_and_pins_every_digest(
+    released: dict[str, Any], registries: Any, pki: Any
+) -> None:
+    rel, _ = registries
+    record, client = released["record"], rel.client(ca=pki.ca)
+    for name in ("engine", "sidecar"):
+        info = record["images"][name]
+        assert client.manifest_digest(f"qwen/{name}", VERSION) == info["digest"]
+        assert info["reference"] == f"{rel.host}/qwen/{name}:{VERSION}@{info['digest']}"
+        assert (released["dir"] / info["signature"]["path"]).is_file()
+    assert client.tags("qwen/charts/qwen-npu") == [VERSION]
+    assert "this record (record.json.asc)" in record["signing"]["signed"]
+    flow.verify_file(released["dir"] / "record.json", released["dir"] / "keys" / "site.gpg")
+
+
+def test_sbom_lists_debian_and_python_packages_with_versions(released: dict[str, Any]) -> None:
+    bom = json.loads((released["dir"] / "sbom" / "engine.cdx.json").read_text())
+    purls = {c["purl"] for c in bom["components"]}
+    assert "pkg:deb/debian/tini@0.19.0-1+b3?arch=amd64" in purls
+    assert "pkg:deb/debian/libc6@2.36-9+deb12u9?arch=amd64" in purls
+    assert not any("removed-one" in p for p in purls)  # not installed
+    assert "pkg:pypi/fastapi@0.165.0" in purls and "pkg:pypi/engine-stand-in@1.2.15" in purls
+    assert (
+        bom["metadata"]["component"]["version"] == released["record"]["images"]["engine"]["digest"]
+    )
+
+
+def test_chart_from_oci_verifies_and_renders_pinned_images(
+    cli: Any, released: dict[str, Any], registries: Any, tmp_path: Path
+) -> None:
+    rel, _ = registries
+    result = cli(
+        "chart-pull",
+        "--registry",
+        f"{rel.host}/qwen",
+        "--version",
+        VERSION,
+        "--keyring",
+        str(released["dir"] / "keys" / "site.gpg"),
+        "--out",
+        str(tmp_path),
+    )
+    assert result.code == 0, result.stderr
+    pulled = json.loads(result.stdout)
+    assert pulled["signed_by"] == "['qwen-npu test site <site@test.invalid>']"
+    record = released["record"]
+    assert pulled["archive_sha256"] == record["chart"]["archive_sha256"]
+    rendered = chart.render_images(Path(pulled["archive"]), {"router": {"enabled": True}})
+    engine, sidecar = record["images"]["engine"], record["images"]["sidecar"]
+    assert rendered == {engine["reference"], sidecar["reference"]}  # router, helm test included
+
+
+def test_same_version_again_is_refused_unless_overwrite(
+    cli: Any,
+    released: dict[str, Any],
+    registries: Any,
+    images: dict[str, str],
+    site_key: Any,
+    pki: Any,
+) -> None:
+    rel, _ = registries
+    args = [
+        "release",
+        "--registry",
+        f"{rel.host}/qwen",
+        "--key",
+        site_key.fingerprint,
+        "--out",
+        str(released["out"]),
+        "--node-keyring",
+        str(site_key.keyring),
+        "--image",
+        f"engine:{VERSION}={images['engine']}",
+        "--image",
+        f"sidecar:{VERSION}={images['sidecar']}",
+    ]
+    line = one_error_line(cli(*args))
+    assert f"release {VERSION} exists" in line and "OVERWRITE=1" in line
+    again = cli(*args, "--overwrite")
+    assert again.code == 0, again.stderr
+    client = rel.client(ca=pki.ca)
+    assert (
+        client.manifest_digest("qwen/engine", VERSION)
+        == released["record"]["images"]["engine"]["digest"]
+    )
+    # the same images give the same digests; the chart package is new: the record says so
+    released["record"] = json.loads((released["dir"] / "record.json").read_text())
+
+
+def test_failed_release_leaves_nothing_tagged(
+    cli: Any, registries: Any, images: dict[str, str], site_key: Any, pki: Any, tmp_path: Path
+) -> None:
+    rel, _ = registries
+    line = one_error_line(
+        cli(
+            "release",
+            "--registry",
+            f"{rel.host}/broken",
+            "--key",
+            site_key.fingerprint,
+            "--out",
+            str(tmp_path),
+            "--image",
+            f"engine:{VERSION}={images['engine']}",
+            "--image",
+            f"sidecar:{VERSION}=oci:{tmp_path / 'nothing'}:sidecar",
+        )
+    )
+    assert "not an OCI layout" in line
+    client = rel.client(ca=pki.ca)
+    assert client.tags("broken/engine") == [] and client.tags("broken/charts/qwen-npu") == []
+
+
+@pytest.mark.parametrize(
+    ("registry", "password", "expect"),
+    [
+        ("127.0.0.1:9/qwen", "s3cret-test", "unreachable"),
+        (None, "wrong", "credential of user 'releaser' is refused"),
+    ],
+)
+def test_bad_registry_or_credential_is_one_line(
+    cli: Any,
+    registries: Any,
+    images: dict[str, str],
+    site_key: Any,
+    tmp_path: Path,
+    registry: str | None,
+    password: str,
+    expect: str,
+    pki: Any,
+) -> None:
+    rel, _ = registries
+    line = one_error_line(
+        cli(
+            "release",
+            "--registry",
+            registry or f"{rel.host}/badcred",
+            "--key",
+            site_key.fingerprint,
+            "--out",
+            str(tmp_path),
+            "--image",
+            f"engine:{VERSION}={images['engine']}",
+            "--image",
+            f"sidecar:{VERSION}={images['sidecar']}",
+            password=password,
+        )
+    )
+    assert expect in line
+    assert rel.client(ca=pki.ca).tags("badcred/engine") == []
+
+
+@pytest.fixture(scope="module")
+def bundled(
+    cli: Any, released: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, registries: Any
+) -> Path:
+    _, site = registries
+    dest = tmp_path_factory.mktemp("bundles") / "qwen-npu-bundle"
+    result = cli(
+        "bundle",
+        "--record",
+        str(released["dir"] / "record.json"),
+        "--bundle",
+        str(dest),
+        "--keyring",
+        str(released["dir"] / "keys" / "site.gpg"),
+        "--site-registry",
+        f"{site.host}/site",
+    )
+    assert result.code == 0, result.stderr
+    return dest
+
+
+def test_bundle_holds_archives_chart_overlay_sums_readme_and_tarball(
+    bundled: Path, released: dict[str, Any]
+) -> None:
+    record = released["record"]
+    for name, info in record["images"].items():
+        with oci.open_archive(bundled / "images" / f"{name}.oci.tar") as image:
+            assert image.digest == info["digest"]
+    assert (bundled / "chart" / "qwen-npu-0.1.0.tgz.prov").is_file()
+    sums = (bundled / "SHA256SUMS").read_text()
+    for path in bundled.rglob("*"):
+        if path.is_file() and path.name != "SHA256SUMS":
+            assert f"  {path.relative_to(bundled)}\n" in sums
+    overlay = yaml.safe_load((bundled / "values-site.yaml").read_text())
+    assert overlay["image"]["engine"]["digests"] == {VERSION: record["images"]["engine"]["digest"]}
+    assert "sha256sum -c SHA256SUMS" in (bundled / "README.md").read_text()
+    assert (bundled / "images.txt").read_text().split() == [
+        i["reference"] for i in record["images"].values()
+    ]
+    assert bundled.with_name(bundled.name + ".tar").stat().st_size > 0
+
+
+def test_bundle_load_pushes_and_verifies_end_to_end(
+    cli: Any,
+    bundled: Path,
+    released: dict[str, Any],
+    registries: Any,
+    site_key: Any,
+    pki: Any,
+    tmp_path: Path,
+) -> None:
+    _, site = registries
+    out = tmp_path / "load"
+    result = cli(
+        "bundle-load",
+        "--bundle",
+        str(bundled.with_name(bundled.name + ".tar")),
+        "--registry",
+        f"{site.host}/site",
+        "--keyring",
+        str(site_key.keyring),
+        "--out",
+        str(out),
+        "--node-keyring",
+        str(site_key.keyring),
+    )
+    assert result.code == 0, result.stderr
+    record, client = released["record"], site.client(ca=pki.ca)
+    for name, info in record["images"].items():
+        assert client.manifest_digest(f"site/{name}", VERSION) == info["digest"]  # end to end
+    overlay = yaml.safe_load((out / "values-site.yaml").read_text())
+    archive = bundled / "chart" / record["chart"]["archive"]
+    rendered = chart.render_images(archive, {**overlay, "router": {"enabled": True}})
+    assert rendered == {
+        f"{site.host}/site/{n}:{VERSION}@{i['digest']}" for n, i in record["images"].items()
+    }
+    # a node with the site's policy pulls the engine by its chart reference
+    pull = _policy_pull(
+        site,
+        f"{site.host}/site/engine:{VERSION}",
+        out / "policy.json",
+        out / "sigstore",
+        tmp_path,
+        pki,
+        f"{site.host}/site",
+    )
+    assert pull.returncode == 0, pull.stderr
+    # an image the release did not sign is refused under the same policy
+    unsigned = tiny_image(tmp_path / "unsigned", "engine", "not ours")
+    oci.read_layout(unsigned).push(client, "site/extra")
+    client.put_manifest("site/extra", "1", *_manifest(unsigned))
+    refused = _policy_pull(
+        site,
+        f"{site.host}/site/extra:1",
+        out / "policy.json",
+        out / "sigstore",
+        tmp_path,
+        pki,
+        f"{site.host}/site",
+    )
+    assert refused.returncode != 0 and "signature" in refused.stderr.lower(), refused.stderr
+
+
+def _manifest(layout: Path) -> tuple[bytes, str]:
+    image = oci.read_layout(layout)
+    return image.manifest, image.media_type
+
+
+def _rewrite_sums(bundle: Path) -> None:
+    flow.write_sums(bundle)
+
+
+@pytest.mark.parametrize("case", ["corrupt", "digest-mismatch", "missing-signature"])
+def test_bad_bundle_is_one_line_and_pushes_nothing(
+    cli: Any,
+    bundled: Path,
+    registries: Any,
+    site_key: Any,
+    pki: Any,
+    tmp_path: Path,
+    case: str,
+    released: dict[str, Any],
+) -> None:
+    _, site = registries
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundled, copy)
+    if case == "corrupt":
+        path = copy / "images" / "sidecar.oci.tar"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        expect = "images/sidecar.oci.tar is corrupt"
+    elif case == "digest-mismatch":
+        shutil.copy(copy / "images" / "sidecar.oci.tar", copy / "images" / "engine.oci.tar")
+        _rewrite_sums(copy)
+        expect = "digest mismatch"
+    else:
+        sig = copy / released["record"]["images"]["engine"]["signature"]["path"]
+        sig.unlink()
+        _rewrite_sums(copy)
+        expect = "no signature"
+    ns = f"bad-{case}"
+    line = one_error_line(
+        cli(
+            "bundle-load",
+            "--bundle",
+            str(copy),
+            "--registry",
+            f"{site.host}/{ns}",
+            "--keyring",
+            str(site_key.keyring),
+            "--out",
+            str(tmp_path / "out"),
+        )
+    )
+    assert expect in line
+    client = site.client(ca=pki.ca)
+    assert client.tags(f"{ns}/engine") == [] and client.tags(f"{ns}/charts/qwen-npu") == []
+
+
+def test_policy_refuses_a_tampered_image(
+    released: dict[str, Any], registries: Any, pki: Any, tmp_path: Path
+) -> None:
+    """Someone re-tags the released engine with other bytes and copies its signature over: the
+    signature names the released manifest's digest, so the pull is refused."""
+    rel, _ = registries
+    client = rel.client(ca=pki.ca)
+    ok = _policy_pull(
+        rel,
+        f"{rel.host}/qwen/engine:{VERSION}",
+        released["dir"] / "policy.json",
+        released["dir"] / "sigstore",
+        tmp_path / "ok",
+        pki,
+        f"{rel.host}/qwen",
+    )
+    assert ok.returncode == 0, ok.stderr
+    evil = tiny_image(tmp_path / "evil", "engine", "tampered")
+    image = oci.read_layout(evil)
+    image.push(client, "qwen/engine")
+    client.put_manifest("qwen/engine", VERSION, image.manifest, image.media_type)
+    info = released["record"]["images"]["engine"]
+    sigstore = released["dir"] / "sigstore"
+    forged = signing.lookaside_path(sigstore, "qwen/engine", image.digest)
+    forged.parent.mkdir(parents=True)
+    shutil.copy(released["dir"] / info["signature"]["path"], forged)
+    bad = _policy_pull(
+        rel,
+        f"{rel.host}/qwen/engine:{VERSION}",
+        released["dir"] / "policy.json",
+        sigstore,
+        tmp_path / "bad",
+        pki,
+        f"{rel.host}/qwen",
+    )
+    assert bad.returncode != 0, bad.stdout
+    assert "digest" in bad.stderr.lower() or "signature" in bad.stderr.lower(), bad.stderr

@@ -1,0 +1,197 @@
+"""The chart as a release ships it: image references pinned to the pushed digests, packaged,
+signed (Helm provenance), pushed to and pulled from `oci://<registry>/charts`.
+
+Why a text edit of values.yaml and not a values overlay: `helm install oci://...` reads the
+chart's own defaults, so the pins must be in the packaged values.yaml; editing only the
+`repository`, `tag` and `digests` lines of `image.engine` / `image.sidecar` keeps every comment,
+and the result is re-read and compared, so a reshaped values.yaml fails here, naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.release import ReleaseError
+from tools.release.registry import Registry, Target
+
+CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "qwen-npu"
+PROV_MEDIA_TYPE = "application/vnd.cncf.helm.chart.provenance.v1.prov"
+CHART_REPO = "charts"
+_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<rest>.*)$")
+
+
+def _helm() -> Any:
+    """helm_python, imported when first needed (its Go runtime is loaded with it; the command line
+    put the registry's CA into SSL_CERT_FILE before the process started: __main__._go_trust)."""
+    import helm_python
+
+    return helm_python
+
+
+def pin_values(text: str, pins: Mapping[str, tuple[str, str, str]]) -> str:
+    """values.yaml with image.<name>.{repository,tag,digests} set from pins[name] =
+    (repository, tag, digest)."""
+    out: list[str] = []
+    path: list[str] = []
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if match and not line.lstrip().startswith("#"):
+            depth = len(match["indent"]) // 2
+            path = [*path[:depth], match["key"]]
+            if len(path) == 3 and path[0] == "image" and path[1] in pins:
+                repository, tag, digest = pins[path[1]]
+                value = {
+                    "repository": repository,
+                    "tag": f'"{tag}"',
+                    "digests": "{" + f'"{tag}": "{digest}"' + "}",
+                }.get(path[2])
+                if value is not None:
+                    line = f"{match['indent']}{path[2]}: {value}"
+        out.append(line)
+    pinned = "\n".join(out) + "\n"
+    images = (yaml.safe_load(pinned) or {}).get("image", {})
+    for name, (repository, tag, digest) in pins.items():
+        got = images.get(name, {})
+        want: dict[str, Any] = {"repository": repository, "tag": tag, "digests": {tag: digest}}
+        for key, value in want.items():
+            if got.get(key) != value:
+                raise ReleaseError(
+                    f"{CHART_DIR / 'values.yaml'}: image.{name}.{key} could not be pinned "
+                    f"(got {got.get(key)!r}); keep repository/tag/digests as plain keys there"
+                )
+    return pinned
+
+
+def package(
+    pins: Mapping[str, tuple[str, str, str]], work: Path, version: str | None = None
+) -> Path:
+    """A copy of the chart with the pins, packaged into `work`; returns the .tgz."""
+    staged = work / "chart-src" / "qwen-npu"
+    shutil.rmtree(staged.parent, ignore_errors=True)
+    shutil.copytree(CHART_DIR, staged)
+    values = staged / "values.yaml"
+    values.write_text(pin_values(values.read_text(), pins))
+    helm = _helm()
+    chart = helm.Chart.load(str(staged))
+    try:
+        chart.validate_schema(chart.values)
+    except helm.HelmError as exc:
+        raise ReleaseError(
+            f"the pinned chart fails its schema ({exc}); see values.schema.json"
+        ) from None
+    archive = Path(helm.package(str(staged), destination=str(work), version=version))
+    shutil.rmtree(staged.parent)
+    return archive
+
+
+def sign(archive: Path, uid: str, secret_keyring: Path, passphrase_file: str | None) -> Path:
+    helm = _helm()
+    try:
+        prov = helm.sign(
+            str(archive), key=uid, keyring=str(secret_keyring), passphrase_file=passphrase_file
+        )
+    except helm.HelmError as exc:
+        raise ReleaseError(f"signing {archive.name}: {exc}") from None
+    return Path(prov) if os.path.isabs(prov) else archive.parent / Path(prov).name
+
+
+def verify(archive: Path, keyring: Path, prov: Path | None = None) -> dict[str, Any]:
+    """Helm's provenance check: the .prov's signature by a key of `keyring`, the archive's hash."""
+    helm = _helm()
+    prov = prov or archive.with_name(archive.name + ".prov")
+    if not prov.is_file():
+        raise ReleaseError(
+            f"{archive.name}: no provenance file {prov.name}: the chart is not signed; refuse it"
+        )
+    try:
+        result: dict[str, Any] = helm.verify(str(archive), str(keyring), provenance_file=str(prov))
+    except helm.HelmError as exc:
+        raise ReleaseError(
+            f"{archive.name}: provenance does not verify with {keyring} ({exc}); "
+            "the chart or its .prov was tampered with, or the key is not the site's"
+        ) from None
+    return result
+
+
+def _client(registry: Registry, work: Path) -> Any:
+    helm = _helm()
+    client = helm.RegistryClient(credentials_file=str(work / "helm-registry.json"))
+    if registry.credentials.username is not None:
+        try:
+            client.login(
+                registry.host, registry.credentials.username, registry.credentials.password or ""
+            )
+        except helm.HelmError as exc:
+            raise ReleaseError(f"registry {registry.host}: helm login refused ({exc})") from None
+    return client
+
+
+def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
+    """helm push (the .prov beside the archive goes too); returns the chart manifest's digest."""
+    helm = _helm()
+    client = _client(registry, work)
+    with client:
+        try:
+            client.push(str(archive), f"oci://{target.ref(CHART_REPO)}")
+        except helm.HelmError as exc:
+            raise ReleaseError(f"pushing {archive.name} to {target}: {exc}") from None
+    name, _, version = archive.name.removesuffix(".tgz").rpartition("-")
+    digest = registry.manifest_digest(target.repo(f"{CHART_REPO}/{name}"), version)
+    if digest is None:
+        raise ReleaseError(f"{target}: {CHART_REPO}/{name}:{version} is absent after helm push")
+    return digest
+
+
+def pull(target: Target, registry: Registry, version: str, dest: Path, work: Path) -> Path:
+    """helm pull oci://.../charts/qwen-npu, plus its provenance layer; returns the archive."""
+    helm = _helm()
+    dest.mkdir(parents=True, exist_ok=True)
+    client = _client(registry, work)
+    with client:
+        try:
+            client.pull(
+                f"oci://{target.ref(CHART_REPO)}/qwen-npu", version=version, destination=str(dest)
+            )
+        except helm.HelmError as exc:
+            raise ReleaseError(f"pulling qwen-npu {version} from {target}: {exc}") from None
+    archive = dest / f"qwen-npu-{version}.tgz"
+    repo = target.repo(f"{CHART_REPO}/qwen-npu")
+    import json
+
+    manifest = json.loads(registry.get_manifest(repo, version)[0])
+    provs = [layer for layer in manifest["layers"] if layer["mediaType"] == PROV_MEDIA_TYPE]
+    if provs:
+        (dest / f"{archive.name}.prov").write_bytes(registry.get_blob(repo, provs[0]["digest"]))
+    return archive
+
+
+def render_images(archive: Path, values: dict[str, Any] | None = None) -> set[str]:
+    """Every `image:` the chart renders from a packaged archive (with `values` overlaid)."""
+    helm = _helm()
+    chart = helm.Chart.load_archive(archive.read_bytes())
+    manifests = chart.render(values or {}, name="qwen-npu", namespace="llm")
+    found = set()
+    for path, text in manifests.items():
+        if not path.endswith((".yaml", ".yml")):
+            continue
+        for doc in yaml.safe_load_all(text):
+            found |= set(_images(doc))
+    return found
+
+
+def _images(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [str(node["image"])] if isinstance(node.get("image"), str) else []
+        for value in node.values():
+            found += _images(value)
+        return found
+    if isinstance(node, list):
+        return [image for item in node for image in _images(item)]
+    return []

@@ -23,3 +23,23 @@ tools-shellcheck:
 		command -v shellcheck >/dev/null || { echo "tools: shellcheck still missing after apt-get"; exit 1; }; }
 
 TEST_DEPS += tools-prometheus tools-shellcheck
+
+# The release path's tools (issue 26, mk/release.mk): Debian's docker-registry (the CNCF
+# Distribution registry the tests run on 127.0.0.1), skopeo (OCI layouts, signing, policy-checked
+# pulls) and GnuPG (gpg, gpgv: the site key, Helm provenance).
+RELEASE_PACKAGES := docker-registry skopeo gnupg gpgv
+RELEASE_COMMANDS := docker-registry skopeo gpg gpgv
+
+.PHONY: tools-release
+
+tools-release: ## install the release path's tools (docker-registry, skopeo, gnupg)
+	@missing=""; for c in $(RELEASE_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		echo ">> installing$$missing: apt-get install $(RELEASE_PACKAGES)"; \
+		if [ "$$(id -u)" != 0 ]; then echo "make $@: $${missing# } missing and installing needs root: sudo apt-get install $(RELEASE_PACKAGES)"; exit 1; fi; \
+		apt-get update -qq >/dev/null 2>&1 || { echo "make $@: apt-get update failed: no Debian mirror reachable, $${missing# } cannot be installed"; exit 1; }; \
+		$(APT_INSTALL) -o DPkg::Lock::Timeout=300 $(RELEASE_PACKAGES) >/dev/null 2>&1 || { echo "make $@: apt-get install $(RELEASE_PACKAGES) failed"; exit 1; }; \
+		for c in $(RELEASE_COMMANDS); do command -v $$c >/dev/null || { echo "make $@: $$c still missing after apt-get install $(RELEASE_PACKAGES)"; exit 1; }; done; \
+	fi
+
+TEST_DEPS += tools-release

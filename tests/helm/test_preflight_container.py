@@ -216,6 +216,19 @@ BAD: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"engine": {"ascendEnv": {"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}}},
         ["engine.ascendEnv sets SGLANG_MAMBA_SSM_DTYPE", "set engine.mambaSsmDtype"],
     ),
+    "preflight-chip": (
+        {"preflight": {"extraArgs": ["--chip=a3"]}},
+        ["preflight.extraArgs", "--chip", "set npu.chip"],
+    ),
+    "preflight-engine-args": (
+        {"preflight": {"extraArgs": ["--engine-args", "--tp-size", "4"]}},
+        ["preflight.extraArgs", "--engine-args"],
+    ),
+    "ascend-env-chip": (
+        {"engine": {"ascendEnv": {"QWEN_NPU_CHIP": "a3"}}},
+        ["engine.ascendEnv sets QWEN_NPU_CHIP", "set npu.chip"],
+    ),
+    "chip-unknown": ({"npu": {"chip": "910c"}}, ["/npu/chip"]),
     "npu-memory-zero": ({"preflight": {"npuMemoryGb": 0}}, ["/preflight/npuMemoryGb"]),
     "check-shards-string": ({"preflight": {"checkShards": "yes"}}, ["/preflight/checkShards"]),
 }

@@ -436,3 +436,43 @@ def test_policy_refuses_a_tampered_image(
     )
     assert bad.returncode != 0, bad.stdout
     assert "digest" in bad.stderr.lower() or "signature" in bad.stderr.lower(), bad.stderr
+
+
+def test_model_image_round_trip_restores_the_same_bytes(
+    cli: Any, registries: Any, pki: Any, tmp_path: Path
+) -> None:
+    from tests.support.checkpoints import write_checkpoint
+
+    rel, _ = registries
+    ckpt = write_checkpoint(tmp_path / "Qwen3.6-35B-A3B-w8a8", "35B-A3B")
+    (ckpt / "model-00001-of-00002.safetensors").write_bytes(bytes(range(256)) * 64)
+    ref = f"{rel.host}/qwen/models/qwen3.6-35b-a3b:w8a8"
+    flags = "--mamba-ssm-dtype bfloat16"  # as the chart runs the engine on a 910B
+    pushed = cli(
+        "model-image",
+        "--model-dir",
+        str(ckpt),
+        "--ref",
+        ref,
+        "--out",
+        str(tmp_path),
+        "--preflight-args",
+        flags,
+    )
+    assert pushed.code == 0, pushed.stderr
+    result = json.loads(pushed.stdout)
+    assert result["path"] == "Qwen3.6-35B-A3B-w8a8"
+    pulled = cli("model-pull", "--ref", result["reference"], "--dest", str(tmp_path / "node"))
+    assert pulled.code == 0, pulled.stderr
+    for path in ckpt.rglob("*"):
+        if path.is_file():
+            copy = tmp_path / "node" / result["path"] / path.relative_to(ckpt)
+            assert copy.read_bytes() == path.read_bytes(), path.name
+    # a checkpoint preflight refuses is not packed, and nothing is tagged
+    (ckpt / "config.json").unlink()
+    bad = f"{rel.host}/qwen/models/broken:1"
+    line = one_error_line(
+        cli("model-image", "--model-dir", str(ckpt), "--ref", bad, "--preflight-args", flags)
+    )
+    assert "preflight" in line
+    assert rel.client(ca=pki.ca).tags("qwen/models/broken") == []

@@ -684,7 +684,8 @@ def model_image(
         last = (proc.stdout + proc.stderr).strip().splitlines()
         raise ReleaseError(
             f"MODEL_DIR={model_dir}: preflight says the checkpoint would fail "
-            f"(exit {proc.returncode}: {last[-1] if last else ''}); fix it before packing"
+            f"(exit {proc.returncode}: {last[-1] if last else ''}); fix it, or give the engine's "
+            "flags in PREFLIGHT_ARGS (e.g. --mamba-ssm-dtype bfloat16)"
         )
     prefix = (path_in_image or model_dir.name).strip("/")
     files = sorted(p for p in model_dir.rglob("*") if p.is_file())
@@ -786,7 +787,14 @@ def build_file_image(
 def model_pull(ref: str, dest: Path) -> dict[str, Any]:
     """Pull a model image and lay its files out under `dest`, each checked against the file
     manifest inside (what the node's ImageVolume mount shows)."""
-    repo_ref, _, reference = ref.partition("@") if "@" in ref else ref.rpartition(":")
+    name, _, digest = ref.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    repo_ref, tag = name.rsplit(":", 1) if ":" in last else (name, "")
+    reference = digest or tag
+    if not reference:
+        raise ReleaseError(
+            f"REF={ref}: give a tag or a digest (host/repo:tag or host/repo@sha256:...)"
+        )
     host, _, repo = repo_ref.partition("/")
     registry = Registry.from_env(host)
     body, media_type = registry.get_manifest(repo, reference)

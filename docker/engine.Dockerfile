@@ -192,7 +192,7 @@ RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraint
 # unless triton-ascend and pybind11 are installed and no upstream triton is.
 RUN if [ "${ENGINE_FLAVOUR}" = npu ]; then \
         pip uninstall -y triton \
-        && pip install --no-deps --force-reinstall /opt/triton-ascend/*.whl \
+        && pip install --no-cache-dir --no-deps --force-reinstall /opt/triton-ascend/*.whl \
         && rm -rf /opt/triton-ascend \
         && python3 -c "import importlib.metadata as m, sys; d = {x.metadata['Name'].lower().replace('_', '-') for x in m.distributions()}; print('triton-ascend', m.version('triton-ascend'), 'pybind11', m.version('pybind11')); sys.exit('upstream triton is installed over triton-ascend' if 'triton' in d else None)"; \
     fi
@@ -224,7 +224,7 @@ ARG QWEN_NPU_VERSION=0.1.0
 ARG SGLANG_VERSION=0.5.23
 ARG NPU_TORCH_VERSION=2.10.0
 ARG NPU_TORCHVISION_VERSION=0.25.0
-ARG TORCH_NPU_VERSION=2.10.0.post6
+ARG TORCH_NPU_VERSION=2.10.0.post4
 ARG TRITON_ASCEND_VERSION=3.2.2
 ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
 ARG TINI_APT_VERSION=0.19.0-1

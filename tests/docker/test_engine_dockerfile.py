@@ -23,6 +23,9 @@ ENGINE_PINS = [
     "NPU_TORCHVISION_VERSION",
     "TORCH_NPU_VERSION",
     "TRITON_ASCEND_VERSION",
+    "PYBIND11_VERSION",
+    "MEMFABRIC_HYBRID_VERSION",
+    "MEMFABRIC_ZBAL_VERSION",
     "SGL_KERNEL_NPU_VERSION",
     "TINI_APT_VERSION",
 ]
@@ -81,7 +84,7 @@ def test_stages_and_the_flavours_share_everything_after_the_stack(
     """ENGINE_FLAVOUR picks base-<flavour> and stack-<flavour>; builder and engine are shared."""
     assert [(s.name, s.base) for s in engine.stages] == [
         ("base-npu", engine.stages[0].base),
-        ("base-cpu", "python:${TEST_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"),
+        ("base-cpu", "python:${ENGINE_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"),
         ("stack-npu", "base-npu"),
         ("stack-cpu", "base-cpu"),
         ("builder", "stack-${ENGINE_FLAVOUR}"),
@@ -93,7 +96,8 @@ def test_stages_and_the_flavours_share_everything_after_the_stack(
     envs = [key_values(engine.stage(n).all("ENV")[0].args) for n in ("base-npu", "base-cpu")]
     assert envs[0] == envs[1] and envs[0]["VIRTUAL_ENV"] == "/opt/venv"
     cpu_base = expand(engine.stage("base-cpu").base, versions)
-    assert cpu_base == f"python:{versions['TEST_PYTHON_VERSION']}-slim-bookworm"
+    # The cpu flavour runs the engine's Python (issue 21), like the CANN base.
+    assert cpu_base == f"python:{versions['ENGINE_PYTHON_VERSION']}-slim-bookworm"
 
 
 def test_the_cpu_stack_installs_offline_from_the_wheels_context(engine: Dockerfile) -> None:
@@ -110,6 +114,7 @@ def test_the_cpu_stack_installs_offline_from_the_wheels_context(engine: Dockerfi
     assert copies == [
         "requirements/sglang-cpu.txt /tmp/sglang-cpu.txt",
         "tests/stubs/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-packages/",
+        "docker/cpu-standin/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-packages/",
     ]
 
 
@@ -126,9 +131,12 @@ def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
     assert '--branch "v${SGLANG_VERSION}"' in runs
     assert "pyproject_npu.toml /tmp/sglang/python/pyproject.toml" in runs
     assert '"/tmp/sglang/python[srt_npu]"' in runs
-    # Every pip install after torch is held to the torch pins.
-    installs = [r for r in runs.split("pip install")[2:]]
-    assert installs and all("-c /tmp/constraints.txt" in r.split("&&")[0] for r in installs)
+    # Every pip install after torch is held to the torch pins, or installs without dependencies.
+    installs = [r.split("&&")[0] for r in runs.split("pip install")[2:]]
+    assert installs and all("-c /tmp/constraints.txt" in r or "--no-deps" in r for r in installs)
+    # SGLang's NPU project file: its memfabric pins rewritten to releases with cp312 wheels.
+    assert '"memfabric-zbal==${MEMFABRIC_ZBAL_VERSION}"' in runs.replace("\\", "")
+    assert '"memfabric-hybrid==${MEMFABRIC_HYBRID_VERSION}"' in runs.replace("\\", "")
     # qwen-npu without extras, in a stage of its own after the shared builder.
     qwen = [i.args for i in engine.stage("qwen-npu").all("RUN") if "/tmp/qwen-npu" in i.args]
     assert qwen and "[" not in qwen[0].split("/tmp/qwen-npu")[1].split()[0]
@@ -213,16 +221,66 @@ def test_verify_step_and_pth_hook_check_run_after_the_install(engine: Dockerfile
     verify = [
         n
         for n, (c, a) in enumerate(order)
-        if c == "RUN" and "qwen-npu patches verify --strict" in a
+        if c == "RUN" and "qwen-npu patches verify --build --strict" in a
     ]
     assert verify and verify[0] > copy_at
     text = order[verify[0]][1]
-    # Runs through the entrypoint, i.e. with the same CANN environment as the engine.
-    assert "/usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --strict" in text
+    # The build's check reads the sources (no NPU at build time), through the entrypoint.
+    assert "/usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --build --strict" in text
+    assert "patches verify --strict" not in text  # the full check needs the NPU: engine start
     # The .pth hook: the build fails when no .pth in site-packages loads qwen_npu.
     assert "*.pth" in text and "'qwen_npu' in open(f).read()" in text and "sys.exit(" in text
-    # And the installed SGLang is the pinned one.
+    # And the installed SGLang is the pinned one; (npu) triton-ascend's backend imports.
     assert "m.version('sglang')" in text and "${SGLANG_VERSION}" in text
+    assert "import triton, triton.backends.ascend" in text
+    # On the engine's Python too when the stack runs another one (the cpu flavour here).
+    engine_py = [a for c, a in order if c == "RUN" and "--site" in a]
+    assert len(engine_py) == 1 and '"python${ENGINE_PYTHON_VERSION}" -m venv' in engine_py[0]
+    assert "patches verify --build --strict --site" in engine_py[0]
+
+
+def test_triton_ascend_is_reinstalled_after_the_last_install(engine: Dockerfile) -> None:
+    """Nothing installed after it may leave upstream triton over triton-ascend (issue 22)."""
+    builder = engine.stage("builder")
+    runs = [i.args for i in builder.all("RUN")]
+    last_install = max(n for n, r in enumerate(runs) if "sglang-router==" in r)
+    (fix,) = [n for n, r in enumerate(runs) if "pip uninstall -y triton" in r]
+    assert fix > last_install
+    text = runs[fix]
+    assert "pip install --no-cache-dir --no-deps --force-reinstall /opt/triton-ascend/*.whl" in text
+    assert "'upstream triton is installed over triton-ascend' if 'triton' in d" in text
+    assert "m.version('pybind11')" in text and "m.version('triton-ascend')" in text
+    # No later stage installs anything with dependencies into the venv.
+    for later in ("qwen-npu", "engine"):
+        for inst in engine.stage(later).all("RUN"):
+            for pip in inst.args.split("pip install")[1:]:
+                assert "-c /tmp/constraints.txt" in pip.split("&&")[0], (later, inst.line)
+    stack = _run_text(engine.stage("stack-npu"))
+    assert '"pybind11==${PYBIND11_VERSION}"' in stack
+    assert 'pip install --no-deps "/opt/triton-ascend/${wheel}"' in stack
+
+
+def test_the_image_bakes_no_cpu_affinity_and_home_is_writable_for_any_uid(
+    engine: Dockerfile,
+) -> None:
+    final = engine.stage("engine")
+    env: dict[str, str] = {}
+    for inst in final.all("ENV"):
+        env.update(key_values(inst.args))
+    assert "SGLANG_SET_CPU_AFFINITY" not in env  # the chart's engine.cpuAffinity
+    home = env["HOME"]
+    for key in (
+        "XDG_CACHE_HOME",
+        "ASCEND_PROCESS_LOG_PATH",
+        "ASCEND_CACHE_PATH",
+        "ASCEND_WORK_PATH",
+        "TRITON_CACHE_DIR",
+    ):
+        assert env[key].startswith(home + "/"), key
+    (workdir,) = final.all("WORKDIR")
+    assert workdir.args == home  # CANN writes kernel_meta and fusion_result.json to the cwd
+    made = [i.args for i in final.all("RUN") if f"install -d -m 1777 {home}" in i.args]
+    assert made, "HOME must be created world-writable (sticky), like /tmp"
 
 
 def test_cann_environment_for_every_process(engine: Dockerfile) -> None:

@@ -86,9 +86,6 @@ HOST_FILES = {
     "ascend-dcmi": ("/usr/local/dcmi", "Directory", True),
     "ascend-npu-smi": ("/usr/local/bin/npu-smi", "File", True),
     "ascend-install-info": ("/etc/ascend_install.info", "File", True),
-    "dev-davinci-manager": ("/dev/davinci_manager", "CharDevice", False),
-    "dev-devmm-svm": ("/dev/devmm_svm", "CharDevice", False),
-    "dev-hisi-hdc": ("/dev/hisi_hdc", "CharDevice", False),
 }
 
 
@@ -133,7 +130,9 @@ def test_should_pass_extra_volumes_env_and_mounts_when_given(
     engine = chart_tool.container(template, "engine")
     sidecar = chart_tool.container(template, "sidecar")
     assert engine is not None and sidecar is not None
-    assert {"name": "ascend-logs", "mountPath": "/root/ascend/log"} in engine["volumeMounts"]
+    logs = {"name": "ascend-logs", "mountPath": "/var/lib/qwen-npu/home/ascend/log"}
+    # Where CANN writes them: ASCEND_PROCESS_LOG_PATH (tests/docker/test_engine_pod.py).
+    assert logs in engine["volumeMounts"]
     assert engine["envFrom"] == [{"configMapRef": {"name": "qwen-npu-engine-extra"}}]
     assert {
         "name": "sidecar-config",
@@ -209,18 +208,19 @@ def test_should_pin_cpus_only_when_pod_has_exclusive_cpuset(
             for t in _templates(docs).values()
         }
 
-    assert affinity(rendered_scenarios["ci-default"]) == {None}
+    # Always rendered: the image bakes none.
+    assert affinity(rendered_scenarios["ci-default"]) == {"0"}
     assert affinity(rendered_scenarios["ci-guaranteed"]) == {"1"}
     assert affinity(rendered_scenarios["397b-guaranteed"]) == {"1"}
     guaranteed = chart_tool.values_from(chart_tool.CI_DIR / "guaranteed-values.yaml")
     off = chart_tool.deep_merge(guaranteed, {"engine": {"cpuAffinity": "off"}})
-    assert affinity(chart_tool.render_docs(off)) == {None}
+    assert affinity(chart_tool.render_docs(off)) == {"0"}
     # Fractional CPUs get no exclusive cpuset from the static CPU manager.
     half = chart_tool.deep_merge(
         guaranteed,
         {"engine": {"resources": {"requests": {"cpu": "15500m"}, "limits": {"cpu": "15500m"}}}},
     )
-    assert affinity(chart_tool.render_docs(half)) == {None}
+    assert affinity(chart_tool.render_docs(half)) == {"0"}
     # The guaranteed engine has a CPU limit, so it no longer skips CKV_K8S_11.
     skips = chart_tool.engine_workload(rendered_scenarios["ci-guaranteed"])["metadata"][
         "annotations"

@@ -358,6 +358,15 @@ checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
 {{/*
 HCCL_SOCKET_IFNAME: the value, else `lo` on one node (SGLang's Ascend recipes); several nodes need
 the value (a check fails without it). GLOO_SOCKET_IFNAME defaults to the same interface.
+{{/*
+The engine image's HOME (its ENV HOME, docker/engine.Dockerfile; a test pins the two equal): CANN's
+logs, operator cache and work files and the compiler caches live under it, so an emptyDir there
+makes them writable for any uid (engine.securityContext.runAsUser need not exist in the image).
+*/}}
+{{- define "qwen-npu.engineHome" -}}
+/var/lib/qwen-npu/home
+{{- end }}
+
 */}}
 {{- define "qwen-npu.hcclSocketIfname" -}}
 {{- default (ternary "" "lo" (gt (int .Values.engine.nodes) 1)) .Values.network.hcclSocketIfname }}

@@ -248,7 +248,13 @@ spec:
         {{- $limits := merge (default (dict) (get $res "limits")) $npu }}
         {{- toYaml (dict "requests" $requests "limits" $limits) | nindent 8 }}
       securityContext:
-        {{- toYaml $v.engine.securityContext | nindent 8 }}
+        {{- $sc := deepCopy $v.engine.securityContext }}
+        {{- if and (eq $v.npu.runtime "hostPath") $v.npu.hostPath.privileged }}
+        {{- /* privileged with allowPrivilegeEscalation false is rejected by the API server */}}
+        {{- $_ := set $sc "privileged" true }}
+        {{- $_ := set $sc "allowPrivilegeEscalation" true }}
+        {{- end }}
+        {{- toYaml $sc | nindent 8 }}
       volumeMounts:
         - name: model
           mountPath: {{ $v.model.mountPath }}
@@ -257,6 +263,8 @@ spec:
           mountPath: /dev/shm
         - name: state
           mountPath: {{ include "qwen-npu.stateDir" $root }}
+        - name: engine-home
+          mountPath: {{ include "qwen-npu.engineHome" $root }}
         {{- include "qwen-npu.npuMounts" $root | nindent 8 }}
         {{- with $v.engine.extraVolumeMounts }}
         {{- toYaml . | nindent 8 }}
@@ -270,6 +278,9 @@ spec:
     - name: state
       emptyDir:
         sizeLimit: 64Mi
+    - name: engine-home
+      emptyDir:
+        sizeLimit: {{ $v.engine.homeSizeLimit }}
     - name: tmp
       emptyDir:
         sizeLimit: 256Mi
@@ -286,9 +297,10 @@ spec:
 
 {{/*
 Host files the engine needs beyond the NPUs the device plugin hands out. npu.runtime=hostPath
-(pools without the Ascend Docker Runtime): the driver, DCMI, npu-smi, the install info and the
-shared device files; network.hccnConf: the node's /etc/hccn.conf (the NICs HCCL uses). Mount names
-and paths come in pairs from "qwen-npu.npuHostFiles".
+(pools without the Ascend Docker Runtime): the driver, DCMI, npu-smi and the install info; no device
+nodes (a mounted device node is not in the container's device allow-list: the device plugin's
+DeviceSpecs or npu.hostPath.privileged give access); network.hccnConf: the node's /etc/hccn.conf
+(the NICs HCCL uses). Mount names and paths come in pairs from "qwen-npu.npuHostFiles".
 */}}
 {{- define "qwen-npu.npuHostFiles" -}}
 {{- $v := .Values }}
@@ -305,9 +317,6 @@ and paths come in pairs from "qwen-npu.npuHostFiles".
 {{- with $h.installInfoPath }}
 {{- $files = append $files (dict "name" "ascend-install-info" "path" . "type" "File") }}
 {{- end }}
-{{- range $h.devices }}
-{{- $files = append $files (dict "name" (printf "dev-%s" (base . | replace "_" "-")) "path" . "type" "CharDevice") }}
-{{- end }}
 {{- end }}
 {{- if $v.network.hccnConf.enabled }}
 {{- $files = append $files (dict "name" "hccn-conf" "path" $v.network.hccnConf.path "type" "File") }}
@@ -319,7 +328,7 @@ and paths come in pairs from "qwen-npu.npuHostFiles".
 {{- range fromJsonArray (include "qwen-npu.npuHostFiles" .) }}
 - name: {{ .name }}
   mountPath: {{ .path }}
-  readOnly: {{ ne .type "CharDevice" }}
+  readOnly: true
 {{- end }}
 {{- end }}
 

@@ -356,9 +356,6 @@ checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
 {{- end }}
 
 {{/*
-HCCL_SOCKET_IFNAME: the value, else `lo` on one node (SGLang's Ascend recipes); several nodes need
-the value (a check fails without it). GLOO_SOCKET_IFNAME defaults to the same interface.
-{{/*
 The engine image's HOME (its ENV HOME, docker/engine.Dockerfile; a test pins the two equal): CANN's
 logs, operator cache and work files and the compiler caches live under it, so an emptyDir there
 makes them writable for any uid (engine.securityContext.runAsUser need not exist in the image).
@@ -367,6 +364,9 @@ makes them writable for any uid (engine.securityContext.runAsUser need not exist
 /var/lib/qwen-npu/home
 {{- end }}
 
+{{/*
+HCCL_SOCKET_IFNAME: the value, else `lo` on one node (SGLang's Ascend recipes); several nodes need
+the value (a check fails without it). GLOO_SOCKET_IFNAME defaults to the same interface.
 */}}
 {{- define "qwen-npu.hcclSocketIfname" -}}
 {{- default (ternary "" "lo" (gt (int .Values.engine.nodes) 1)) .Values.network.hcclSocketIfname }}
@@ -455,10 +455,9 @@ sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then
     fieldRef:
       fieldPath: status.podIP
 {{- end }}
-{{- if include "qwen-npu.cpuAffinity" . }}
+{{- /* Always rendered: the image bakes none, and SGLang's own default may change. */}}
 - name: SGLANG_SET_CPU_AFFINITY
-  value: "1"
-{{- end }}
+  value: {{ if include "qwen-npu.cpuAffinity" . }}"1"{{ else }}"0"{{ end }}
 - name: QWEN_NPU_CHIP
   value: {{ .Values.npu.chip | quote }}
 - name: QWEN_NPU_EXPECTED_NPUS

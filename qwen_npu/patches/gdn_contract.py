@@ -100,10 +100,20 @@ class Sources:
 # --- pool_layout ------------------------------------------------------------------------------
 
 
-def build_sglang_pool() -> tuple[Any, Any, list[Any], str]:
-    """SGLang's MambaPool with speculative buffers, as its NPU branch allocates it, on CPU."""
-    import inspect
-
+def sglang_mamba_pool(
+    *,
+    heads: int,
+    v: int,
+    k: int,
+    ssm_dtype: Any,
+    size: int,
+    draft: int | None,
+    layers: int = 1,
+    conv_kernel: int = 4,
+) -> Any:
+    """SGLang's real MambaPool for GDN layers of ``heads`` value heads (one key head) and a
+    ``V x K`` state, allocated on CPU by its NPU branch (``memory_pool._is_npu`` set while it is
+    built); with ``draft`` the speculative buffers are there too."""
     import torch
     from sglang.srt.configs.mamba_utils import (
         Mamba2CacheParams,
@@ -116,35 +126,46 @@ def build_sglang_pool() -> tuple[Any, Any, list[Any], str]:
 
     shape = Mamba2StateShape.create(
         tp_world_size=1,
-        intermediate_size=POOL_HEADS * POOL_V,
+        intermediate_size=heads * v,
         n_groups=1,
-        num_heads=POOL_HEADS,
-        head_dim=POOL_V,
-        state_size=POOL_K,
-        conv_kernel=4,
+        num_heads=heads,
+        head_dim=v,
+        state_size=k,
+        conv_kernel=conv_kernel,
     )
     params = Mamba2CacheParams(
         shape=shape,
-        layers=[0],
-        dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=torch.bfloat16),
+        layers=list(range(layers)),
+        dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=ssm_dtype),
     )
     logger = logging.getLogger(memory_pool.__name__)
     level = logger.level
     logger.setLevel(logging.WARNING)  # "Mamba Cache is allocated" would read like the real pool
     try:
         with swapped(memory_pool, _is_npu=True):
-            pool = memory_pool.MambaPool(
-                size=2,
-                spec_state_size=2,
+            return memory_pool.MambaPool(
+                size=size,
+                spec_state_size=size,
                 cache_params=params,
-                mamba_layer_ids=[0],
+                mamba_layer_ids=list(range(layers)),
                 device="cpu",
-                speculative_num_draft_tokens=3,
-                speculative_eagle_topk=1,
+                speculative_num_draft_tokens=draft,
+                speculative_eagle_topk=None if draft is None else 1,
             )
     finally:
         logger.setLevel(level)
-    cache = pool.mamba_cache
+
+
+def build_sglang_pool() -> tuple[Any, Any, list[Any], str]:
+    """The tiny pool of the check (V != K), with its speculative buffers, and where it is made."""
+    import inspect
+
+    import torch
+    from sglang.srt.mem_cache import memory_pool
+
+    cache = sglang_mamba_pool(
+        heads=POOL_HEADS, v=POOL_V, k=POOL_K, ssm_dtype=torch.bfloat16, size=2, draft=3
+    ).mamba_cache
     lines, first = inspect.getsourcelines(memory_pool.MambaPool.__init__)
     at = next(
         (first + i for i, s in enumerate(lines) if "temporal_state = torch.zeros" in s), first

@@ -21,6 +21,7 @@ MODELSLIM = "sglang.srt.layers.quantization.modelslim.modelslim"
 FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton"
 MTP = "sglang.srt.models.qwen3_5_mtp"
 BACKEND = "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend"
+GDN_TRITON = "sglang.srt.layers.attention.linear.kernels.gdn_triton"
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,21 @@ def mtp_module() -> ModuleType:
 @pytest.fixture(scope="session")
 def backend() -> ModuleType:
     return import_quietly(BACKEND)
+
+
+@pytest.fixture(scope="session")
+def gdn_triton() -> ModuleType:
+    return import_quietly(GDN_TRITON)
+
+
+@pytest.fixture(scope="session")
+def decode_kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModuleType]:
+    """The sgl-kernel-npu decode stand-in under Triton's interpreter: ``k-major`` (as released)
+    and ``v-major`` (fixed)."""
+    from . import gdn_kernels
+
+    folder = tmp_path_factory.mktemp("decode_kernels")
+    return {layout: gdn_kernels.load(folder, layout) for layout in ("k-major", "v-major")}
 
 
 @pytest.fixture()

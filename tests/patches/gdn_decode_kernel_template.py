@@ -11,6 +11,13 @@ import triton.language as tl
 VECTOR_CORES = 4  # the real wrapper caps its 1-D grid at the AIV vector-core count
 
 
+def _sum(x, axis=None):
+    """``tl.sum``. tl.sum and tl.zeros are jit functions, which the interpreter cannot call when
+    triton was imported before TRITON_INTERPRET was set (SGLang imports it first); tl.reduce with
+    tl.sum's own combine function and tl.full are its builtins."""
+    return tl.reduce(x, axis, tl.standard._sum_combine)
+
+
 @triton.jit
 def _decode_kernel(
     A_log,
@@ -55,7 +62,7 @@ def _decode_kernel(
         beta = 1.0 / (1.0 + tl.exp(-tl.load(b + bos * HV + i_hv).to(tl.float32)))
 
         idx = tl.load(h0_indices + i_n)
-        for i_v in tl.range(0, tl.cdiv(V, BV)):
+        for i_v in tl.range(0, (V + BV - 1) // BV):  # tl.cdiv is jit: not callable here
             o_v = i_v * BV + tl.arange(0, BV)
             mask_v = o_v < V
             mask_h = mask_k[:, None] & mask_v[None, :]
@@ -68,17 +75,17 @@ def _decode_kernel(
                 if idx >= 0:
                     b_h = tl.load(p_h0 + t * HV * K * V, mask=mask_h).to(tl.float32)
                 else:
-                    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+                    b_h = tl.full([BK, BV], 0.0, tl.float32)
                 if USE_QK_L2NORM_IN_KERNEL:
-                    b_q = b_q / (tl.sqrt(tl.sum(b_q * b_q)) + 1e-6)
-                    b_k = b_k / (tl.sqrt(tl.sum(b_k * b_k)) + 1e-6)
+                    b_q = b_q / (tl.sqrt(_sum(b_q * b_q)) + 1e-6)
+                    b_k = b_k / (tl.sqrt(_sum(b_k * b_k)) + 1e-6)
                 b_q = b_q * scale
                 b_h *= decay
-                b_v = (b_v - tl.sum(b_h * b_k[:, None], 0)) * beta
+                b_v = (b_v - _sum(b_h * b_k[:, None], 0)) * beta
                 b_h += b_k[:, None] * b_v[None, :]
                 if idx >= 0:
                     tl.store(p_h0 + t * HV * K * V, b_h.to(h0_source.dtype.element_ty), mask=mask_h)
-                b_o = tl.sum(b_h * b_q[:, None], 0)
+                b_o = _sum(b_h * b_q[:, None], 0)
                 tl.store(o + (row * HV + i_hv) * V + o_v, b_o.to(o.dtype.element_ty), mask=mask_v)
 
 

@@ -162,8 +162,8 @@ def reference_verify(
         s = source[at : at + plane].view(value_heads, v_dim, k_dim).float().mT[None]
         row = []
         for t in range(draft):
-            s, o = step(s, q[i : i + 1, t].float(), k[i : i + 1, t].float(), v[i : i + 1, t].float(),
-                        decay[i : i + 1, t].float(), beta[i : i + 1, t].float())  # fmt: skip
+            one = [x[i : i + 1, t].float() for x in (q, k, v, decay, beta)]
+            s, o = step(s, *one)
             entry = (i * draft + t) * plane
             sink[entry : entry + plane] = s[0].mT.reshape(-1).to(torch.bfloat16)
             row.append(o[0])

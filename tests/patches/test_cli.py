@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.patches import cli, hook
+from qwen_npu.patches import cli, gdn_contract, hook
 from qwen_npu.patches import mamba_scatter_ub_aware as scatter
 from qwen_npu.patches import mtp_modelslim_unquant as mtp_patch
-from qwen_npu.patches.registry import PATCHES
+from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 
 
 @pytest.fixture()
-def targets(modelslim: ModuleType, mtp_module: ModuleType, backend: ModuleType) -> None:
-    """All three targets imported (and so patched by the start-up hook)."""
+def targets(
+    modelslim: ModuleType, mtp_module: ModuleType, backend: ModuleType, gdn_triton: ModuleType
+) -> None:
+    """All four targets imported (and so patched by the start-up hook)."""
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -33,9 +35,45 @@ def test_verify_strict_passes_on_the_pinned_sglang(
     code, out, _ = run(capsys, "verify", "--strict", "--json")
     report = json.loads(out)
     assert code == 0 and report["ok"] is True
+    # On this CPU SGLang's decode calls its own V-major kernel: the decode patch is not needed.
+    expected = {"gdn-decode-state-layout": "upstream-fixed"}
     assert [(r["name"], r["state"]) for r in report["patches"]] == [
-        (p.name, "applied") for p in PATCHES
+        (p.name, expected.get(p.name, "applied")) for p in PATCHES
     ]
+    contract = report["gdn_contract"]
+    assert list(contract) == [link.name for link in GDN_CONTRACT]
+    assert {name: v["verdict"] for name, v in contract.items()} == {
+        "pool_layout": "pass",
+        "prefill_op": "pass",
+        "verify_op": "pass",
+        "mover": "pass",
+        "decode_kernel": "unknown",  # no sgl_kernel_npu decode kernel here: the ledger accepts it
+        "ssm_dtype": "unknown",  # no model and no flag
+    }
+    assert "fla/fused_sigmoid_gating_recurrent_decode_optimized.py" in (
+        contract["decode_kernel"]["evidence"]
+    )
+
+
+def test_a_contract_fail_fails_strict_and_says_which(
+    targets: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = gdn_contract.check
+
+    def with_fp32(sources: Any = None) -> dict[str, Any]:
+        verdicts = real(sources)
+        verdicts["ssm_dtype"] = gdn_contract.Verdict("fail", "float32 from config, chip 910b")
+        return verdicts
+
+    monkeypatch.setattr(gdn_contract, "check", with_fp32)
+    code, out, err = run(capsys, "verify", "--strict")
+    assert code == 1
+    assert "gdn_contract ssm_dtype      fail     float32 from config, chip 910b" in out
+    assert "gdn_contract ssm_dtype: fail: next:" in err
+    assert "unknown, accepted by the ledger: decode_kernel:" in err
+    assert run(capsys, "verify")[0] == 0
+    code, out, _ = run(capsys, "verify", "--strict", "--json")
+    assert code == 1 and json.loads(out)["ok"] is False
 
 
 def test_verify_strict_fails_on_a_disabled_patch(

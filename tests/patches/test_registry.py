@@ -19,6 +19,7 @@ def test_names_are_the_contract_names() -> None:
         "modelslim-moe-unquant-fallback",
         "mtp-modelslim-unquant",
         "mamba-scatter-ub-aware",
+        "gdn-decode-state-layout",
     ]
     assert STATES == ("applied", "disabled", "upstream-fixed", "drifted", "target-missing")
 

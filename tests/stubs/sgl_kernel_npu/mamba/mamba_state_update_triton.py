@@ -173,9 +173,21 @@ def move_intermediate_cache(
 
 
 def conv_state_rollback(conv_states, dst_indices, last_steps, draft_token_num):
+    """With ``EMULATE``, what sgl-kernel-npu's ``_conv_state_rollback_kernel`` does: for each
+    request with a step >= 0, shift = draft_token_num - 1 - step; when > 0, window rows
+    [0, W - shift) move to [shift, W), last row first, in every layer (W = conv_states.shape[2])."""
     ROLLBACK_CALLS.append(
         {"dst_indices": dst_indices, "last_steps": last_steps, "draft_token_num": draft_token_num}
     )
+    if not EMULATE:
+        return
+    window = conv_states.shape[2]
+    for slot, step in zip(dst_indices.tolist(), last_steps.tolist(), strict=True):
+        shift = draft_token_num - 1 - step
+        if step < 0 or shift <= 0:
+            continue
+        for row in range(window - shift - 1, -1, -1):
+            conv_states[:, slot, row + shift] = conv_states[:, slot, row]
 
 
 def reset() -> None:

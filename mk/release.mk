@@ -15,7 +15,7 @@
 # elsewhere the engine's cpu stand-in and the sidecar built with podman (`make image-test-build`).
 # RELEASE_BUILD=0 skips the builds and releases ENGINE_SOURCE / SIDECAR_SOURCE as they are.
 
-RELEASE_OUT := $(OUT)/release
+RELEASE_OUT ?= $(OUT)/release
 RELEASE_CLI := $(BIN)/python -m tools.release
 # The local names the builds tag (images.mk's default registry); the release pushes to REGISTRY.
 BUILD_REGISTRY := ghcr.io/qwen-npu
@@ -44,7 +44,7 @@ endef
 .PHONY: release bundle bundle-load chart-pull model-image
 
 release: $(STAMP) tools-release ## push, sign and digest-pin the images and the chart (REGISTRY=host:port/ns SIGNING_KEY=<fpr>)
-	@case "$(origin REGISTRY)" in command|environment|override) ;; *) echo "make $@: give the registry to release to: make release REGISTRY=host:port/namespace"; exit 2;; esac
+	@case "$(origin REGISTRY)" in "command line"|environment*|override) ;; *) echo "make $@: give the registry to release to: make release REGISTRY=host:port/namespace"; exit 2;; esac
 	$(call need_var,SIGNING_KEY,give the fingerprint of the site's signing key in GNUPGHOME (docs/images.md))
 	@if [ "$(RELEASE_BUILD)" = 1 ]; then $(RELEASE_BUILDS); fi
 	$(RELEASE_CLI) release --registry $(REGISTRY) --key $(SIGNING_KEY) --out $(RELEASE_OUT) \
@@ -58,7 +58,7 @@ bundle: $(STAMP) tools-release ## the air-gapped bundle of a release (BUNDLE=DIR
 
 bundle-load: $(STAMP) tools-release ## push a bundle into a site registry and verify it (BUNDLE REGISTRY SIGNING_KEYRING)
 	$(call need_var,BUNDLE,give the bundle directory or its .tar)
-	@case "$(origin REGISTRY)" in command|environment|override) ;; *) echo "make $@: give the site registry: make bundle-load BUNDLE=... REGISTRY=host:port/namespace"; exit 2;; esac
+	@case "$(origin REGISTRY)" in "command line"|environment*|override) ;; *) echo "make $@: give the site registry: make bundle-load BUNDLE=... REGISTRY=host:port/namespace"; exit 2;; esac
 	$(RELEASE_CLI) bundle-load --bundle $(BUNDLE) --registry $(REGISTRY) --keyring $(SIGNING_KEYRING) \
 		--out $(OUT)/bundle-load $(if $(filter 1,$(OVERWRITE)),--overwrite)
 

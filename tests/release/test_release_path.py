@@ -476,3 +476,47 @@ def test_model_image_round_trip_restores_the_same_bytes(
     )
     assert "preflight" in line
     assert rel.client(ca=pki.ca).tags("qwen/models/broken") == []
+
+
+def test_make_release_wires_the_stand_in_engine_tag(
+    registries: Any, images: dict[str, str], site_key: Any, pki: Any, tmp_path: Path
+) -> None:
+    """`make release` as a user runs it (the builds skipped: the sources are the tiny images).
+    Without a Docker engine the engine is the cpu stand-in, published under its own tag."""
+    import os
+
+    rel, _ = registries
+    env = {
+        **os.environ,
+        "REGISTRY_USER": "releaser",
+        "REGISTRY_PASSWORD": "s3cret-test",
+        "REGISTRY_CA": str(pki.ca),
+        "GNUPGHOME": str(site_key.home),
+        "DOCKER": "false",
+    }
+    proc = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "release",
+            f"REGISTRY={rel.host}/viamake",
+            f"SIGNING_KEY={site_key.fingerprint}",
+            "RELEASE_BUILD=0",
+            f"ENGINE_SOURCE={images['engine']}",
+            f"SIDECAR_SOURCE={images['sidecar']}",
+            f"RELEASE_OUT={tmp_path}",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((tmp_path / VERSION / "record.json").read_text())
+    engine = record["images"]["engine"]
+    assert engine["tag"] == f"{VERSION}-cpu-standin" and engine["flavour"] == "cpu"
+    client = rel.client(ca=pki.ca)
+    assert client.manifest_digest("viamake/engine", f"{VERSION}-cpu-standin") == engine["digest"]
+    assert client.tags("viamake/engine") == [f"{VERSION}-cpu-standin"]

@@ -520,3 +520,24 @@ def test_make_release_wires_the_stand_in_engine_tag(
     client = rel.client(ca=pki.ca)
     assert client.manifest_digest("viamake/engine", f"{VERSION}-cpu-standin") == engine["digest"]
     assert client.tags("viamake/engine") == [f"{VERSION}-cpu-standin"]
+
+
+def test_rollback_untags_new_tags_and_restores_replaced_ones(
+    registries: Any, pki: Any, tmp_path: Path
+) -> None:
+    """What a failure after the first tag runs (flow.Publisher): a tag this run created goes,
+    a tag it moved points back at what it pointed at before."""
+    rel, _ = registries
+    client = rel.client(ca=pki.ca)
+    old = oci.read_layout(tiny_image(tmp_path / "old", "engine", "before"))
+    new = oci.read_layout(tiny_image(tmp_path / "new", "engine", "after!"))
+    for image in (old, new):
+        image.push(client, "rollback/engine")
+    client.put_manifest("rollback/engine", "moved", old.manifest, old.media_type)
+    publisher = flow.Publisher(client)
+    publisher.tag("rollback/engine", "moved", new)
+    publisher.tag("rollback/engine", "created", new)
+    assert client.manifest_digest("rollback/engine", "created") == new.digest
+    assert publisher.rollback() == []
+    assert client.manifest_digest("rollback/engine", "moved") == old.digest
+    assert client.manifest_digest("rollback/engine", "created") is None

@@ -75,11 +75,20 @@ class Publisher:
     def rollback(self) -> list[str]:
         """Undo this run's tags; returns what could not be undone."""
         left = []
+        ours = {(repo, tag) for repo, tag, _, _ in self.done}
         for repo, tag, digest, previous in reversed(self.done):
             try:
                 if previous is not None:
                     self.registry.put_manifest(repo, tag, previous[0], previous[1])
-                elif not self.registry.delete_manifest(repo, digest):
+                    continue
+                # a registry deletes a manifest with every tag on it: not when others share it
+                shared = [
+                    other
+                    for other in self.registry.tags(repo)
+                    if (repo, other) not in ours
+                    and self.registry.manifest_digest(repo, other) == digest
+                ]
+                if shared or not self.registry.delete_manifest(repo, digest):
                     left.append(f"{repo}:{tag}")
             except ReleaseError:
                 left.append(f"{repo}:{tag}")

@@ -197,7 +197,12 @@ def release(
         sig = signing.lookaside_path(rel / "sigstore", repo, digest)
         key.sign_manifest(image.manifest, identity, sig)
         signing.verify_manifest(image.manifest, identity, sig, rel / "keys" / "site.gpg")
-        bom = sbom.cyclonedx(image, target.ref(spec.name))
+        cached = out / "cache" / "sbom" / f"{target.ref(spec.name).replace('/', '_')}@{digest}.json"
+        if cached.is_file():
+            bom = json.loads(cached.read_text())
+        else:
+            bom = sbom.cyclonedx(image, target.ref(spec.name))
+            signing.write_json(cached, bom)
         bom_path = rel / "sbom" / f"{spec.name}.cdx.json"
         signing.write_json(bom_path, bom)
         labels = image.config().get("config", {}).get("Labels") or {}

@@ -14,8 +14,8 @@ sgl-kernel-npu's Triton kernel ``fused_sigmoid_gating_delta_rule_update_decode_n
 AscendC prefill and verify ops hold the state V-major. With ``V == K == 128`` nothing fails: the
 kernel reads and writes the state transposed, and the text is wrong (under Triton's CPU
 interpreter through SGLang's decode: relative error 1.25 on the output, 0.61 on the state written
-back; patched 3.4e-3 on both: tests/patches/test_gdn_decode_state_layout.py). Under NEXTN the target's GDN layers never
-run this kernel, which is why MTP-on output is right.
+back; patched 3.4e-3 on both: tests/patches/test_gdn_decode_state_layout.py). Under NEXTN the
+target's GDN layers never run this kernel, which is why MTP-on output is right.
 
 How: applied when ``gdn_triton`` has been imported (see ``hook``). Behaviour probe: SGLang's
 ``decode`` is run on tiny CPU tensors against a recording stand-in kernel; if it hands the kernel

@@ -50,9 +50,8 @@ def test_verify_strict_passes_on_the_pinned_sglang(
         "decode_kernel": "unknown",  # no sgl_kernel_npu decode kernel here: the ledger accepts it
         "ssm_dtype": "unknown",  # no model and no flag
     }
-    assert "fla/fused_sigmoid_gating_recurrent_decode_optimized.py" in (
-        contract["decode_kernel"]["evidence"]
-    )
+    evidence = contract["decode_kernel"]["evidence"]
+    assert "fla/fused_sigmoid_gating_recurrent_decode_optimized.py" in evidence
 
 
 def test_a_contract_fail_fails_strict_and_says_which(

@@ -17,7 +17,7 @@ from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
 from qwen_npu.fetch.layout import Revision, Store
 from qwen_npu.fetch.log import log
-from qwen_npu.fetch.source import EXAMPLES, parse_source
+from qwen_npu.fetch.source import EXAMPLES, load_credentials, parse_source
 
 PROG = "qwen-npu fetch"
 SUBCOMMANDS = ("wait", "verify")
@@ -181,6 +181,7 @@ def _fetch(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     source = parse_source(args.source, args.revision)
     tp = _profile_tp(args.profile) if args.profile else args.tp
+    load_credentials()
     if args.ca_bundle:
         if not Path(args.ca_bundle).is_file():
             raise FetchError(f"--ca-bundle {args.ca_bundle}: no such file", EXIT_BAD_INPUT)

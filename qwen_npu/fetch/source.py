@@ -29,6 +29,8 @@ CREDENTIAL_ENV: dict[str, tuple[str, ...]] = {
 }
 ENV_SECRET = "QWEN_NPU_FETCH_SECRET"
 ENV_SECRET_KEYS = "QWEN_NPU_FETCH_SECRET_KEYS"
+# The chart mounts the Secret as files here (not as environment variables: checkov CKV_K8S_35).
+ENV_CREDENTIALS_DIR = "QWEN_NPU_FETCH_CREDENTIALS_DIR"
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -90,13 +92,32 @@ def parse_source(text: str, revision: str | None = None) -> Source:
     return Source(scheme, bucket, prefix.strip("/"), None)
 
 
+def _secret_keys(env: Mapping[str, str]) -> dict[str, str]:
+    pairs = env.get(ENV_SECRET_KEYS, "").split(",")
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
+def load_credentials(environ: dict[str, str] | None = None) -> None:
+    """Set each ``VAR=key`` of QWEN_NPU_FETCH_SECRET_KEYS from the mounted Secret's file ``key``.
+
+    A key missing from the Secret leaves its variable unset, so the client's refusal names it.
+    """
+    env = os.environ if environ is None else environ
+    directory = env.get(ENV_CREDENTIALS_DIR, "")
+    if not directory:
+        return
+    for name, key in _secret_keys(env).items():
+        path = os.path.join(directory, key)
+        if os.path.isfile(path):
+            with open(path) as f:
+                env[name] = f.read().strip()
+
+
 def credential_origin(name: str, environ: Mapping[str, str] | None = None) -> str:
     """How to name variable ``name`` in an error: with its Secret and key when the chart set it."""
     env = os.environ if environ is None else environ
     secret = env.get(ENV_SECRET, "")
-    keys = dict(
-        pair.split("=", 1) for pair in env.get(ENV_SECRET_KEYS, "").split(",") if "=" in pair
-    )
+    keys = _secret_keys(env)
     if secret and name in keys:
         return f"{name} (Secret {secret!r}, key {keys[name]!r})"
     return name

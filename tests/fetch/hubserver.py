@@ -29,9 +29,28 @@ def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+_SUMS: dict[Path, str] = {}
+
+
+def _size(data: bytes | Path) -> int:
+    return data.stat().st_size if isinstance(data, Path) else len(data)
+
+
+def _sha256(data: bytes | Path) -> str:
+    if isinstance(data, bytes):
+        return hashlib.sha256(data).hexdigest()
+    if data not in _SUMS:
+        h = hashlib.sha256()
+        with data.open("rb") as f:
+            while block := f.read(8 << 20):
+                h.update(block)
+        _SUMS[data] = h.hexdigest()
+    return _SUMS[data]
+
+
 @dataclass
 class Repo:
-    files: dict[str, bytes]
+    files: dict[str, bytes | Path]  # a Path is served from disk (the perf harness's big files)
     commit: str = "0123456789abcdef0123456789abcdef01234567"
     branch: str = "main"
     lfs_above: int = 1024  # bigger files are LFS files on Hugging Face (sha256 published)
@@ -146,17 +165,12 @@ class Hub:
             )
         siblings = []
         for name, data in sorted(repo.files.items()):
-            s: dict[str, object] = {
-                "rfilename": name,
-                "size": len(data),
-                "blobId": git_blob_sha1(data),
-            }
-            if len(data) > repo.lfs_above:
-                s["lfs"] = {
-                    "size": len(data),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "pointerSize": 134,
-                }
+            size = _size(data)
+            s: dict[str, object] = {"rfilename": name, "size": size}
+            if size > repo.lfs_above or isinstance(data, Path):
+                s["lfs"] = {"size": size, "sha256": _sha256(data), "pointerSize": 134}
+            else:
+                s["blobId"] = git_blob_sha1(data)
             siblings.append(s)
         self._json(
             h,
@@ -202,9 +216,9 @@ class Hub:
                 {
                     "Name": Path(n).name,
                     "Path": n,
-                    "Size": len(d),
+                    "Size": _size(d),
                     "Type": "blob",
-                    "Sha256": hashlib.sha256(d).hexdigest(),
+                    "Sha256": _sha256(d),
                     "Revision": repo.commit,
                 }
                 for n, d in sorted(repo.files.items())
@@ -234,6 +248,8 @@ class Hub:
         self.reads[name] += 1
         self.ranges.append((name, rng))
         start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
+        if isinstance(data, Path):
+            return self._send_file(h, data, start, rng is not None)
         body = bytearray(data[start:])
         if self.faults.corrupt[name] > 0 and body:
             self.faults.corrupt[name] -= 1
@@ -261,3 +277,15 @@ class Hub:
             gate.wait(60)
             body = body[half:]
         h.wfile.write(bytes(body))
+
+    def _send_file(
+        self, h: http.server.BaseHTTPRequestHandler, path: Path, start: int, ranged: bool
+    ) -> None:
+        size = path.stat().st_size
+        h.send_response(206 if ranged else 200)
+        h.send_header("Content-Length", str(size - start))
+        if ranged:
+            h.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        h.end_headers()
+        with path.open("rb") as f:
+            h.connection.sendfile(f, offset=start)

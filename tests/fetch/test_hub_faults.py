@@ -119,7 +119,12 @@ def test_should_name_secret_and_key_when_token_is_missing_or_wrong(
     assert code == 2
     assert f"refused the token in {env} (Secret 'hub-token', key 'token')" in line
     assert hub.reads == {}  # no file was read with a refused token
-    monkeypatch.setenv(env, "right")
+    # The chart's way: the Secret mounted as files, the key names mapped to the variables.
+    monkeypatch.delenv(env)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "token").write_text("right\n")
+    monkeypatch.setenv("QWEN_NPU_FETCH_CREDENTIALS_DIR", str(secret))
     code, _, err = run_fetch(f"{scheme}://org/model", str(tmp_path / "m"))
     assert code == 0, err
 

@@ -79,8 +79,12 @@ spec:
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- if or $v.preflight.enabled $serving }}
+  {{- if or $v.preflight.enabled $serving (include "qwen-npu.fetchEnabled" $root) }}
   initContainers:
+  {{- end }}
+  {{- /* model.fetch (_fetch.tpl): wait for the staging Job's marker, or fetch to the node. */}}
+  {{- with include "qwen-npu.fetchInitContainers" $root }}
+    {{- . | nindent 4 }}
   {{- end }}
   {{- if $v.preflight.enabled }}
     - name: preflight
@@ -271,6 +275,9 @@ spec:
         {{- end }}
   volumes:
     {{- include "qwen-npu.modelVolume" $root | nindent 4 }}
+    {{- with include "qwen-npu.fetchPodVolumes" $root }}
+    {{- . | nindent 4 }}
+    {{- end }}
     - name: dshm
       emptyDir:
         medium: Memory

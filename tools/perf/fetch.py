@@ -1,0 +1,212 @@
+"""``make perf-fetch``: what ``qwen-npu fetch`` costs on this machine, from local servers.
+
+Writes out/perf/fetch.md and prints it. Figures:
+
+- per source (Hugging Face and ModelScope from the test hub on 127.0.0.1, S3 from moto's server):
+  throughput (MB/s over the whole command), CPU seconds per GB (user + system of the fetch process)
+  and peak RSS, fetching one file of PERF_FETCH_GB GB (default 4; S3 PERF_FETCH_S3_GB, default 0.5:
+  moto keeps objects in memory);
+- a second run over the complete DEST (what a re-run or a restarted Job costs: nothing downloaded);
+- re-verifying a 35 GB-shaped checkpoint (the Qwen3.6-35B-A3B layout: 8 shards, 35 GB), the
+  ``qwen-npu fetch verify`` the init container runs: sizes only, and sizes plus sha256. The shards
+  are sparse files, so the sha256 figure is the hashing cost without the disk's read time.
+
+The servers run in this process; each fetch runs as its own process, so its CPU and RSS are its
+own (``os.wait4``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from qwen_npu.fetch.layout import Revision, Store
+
+GB = 10**9
+MB = 10**6
+FETCH_GB = float(os.environ.get("PERF_FETCH_GB", "4"))
+S3_GB = float(os.environ.get("PERF_FETCH_S3_GB", "0.5"))
+CKPT_SHARDS = 8
+CKPT_BYTES = 35 * GB
+
+
+def _random_file(path: Path, size: int) -> None:
+    rnd = random.Random(25)
+    block = rnd.randbytes(16 << 20)
+    with path.open("wb") as f:
+        left = size
+        while left > 0:
+            f.write(block[: min(left, len(block))])
+            left -= len(block)
+            block = block[1:] + block[:1]  # no two blocks alike
+
+
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds, peak RSS bytes of one fetch process (``wait4``); its stderr."""
+    with tempfile.TemporaryFile(mode="w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qwen_npu", "fetch", *argv],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        log = err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"perf-fetch: {' '.join(argv)} failed:\n{log[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, log
+
+
+def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
+    from tests.fetch.hubserver import Hub, Repo
+
+    big = tmp / "big.safetensors"
+    _random_file(big, int(FETCH_GB * GB))
+    rows = []
+    with Hub({"org/big": Repo({"config.json": b"{}", "model.safetensors": big})}) as hub:
+        env = {**env, "HF_ENDPOINT": hub.url, "MODELSCOPE_ENDPOINT": hub.url}
+        for scheme in ("hf", "modelscope"):
+            dest = tmp / f"dest-{scheme}"
+            wall, cpu, rss, _ = _run([f"{scheme}://org/big", str(dest), "--no-preflight"], env)
+            size = FETCH_GB * GB
+            rows.append(
+                f"| {scheme}:// (test hub) | {FETCH_GB:g} GB | {size / MB / wall:.0f} MB/s "
+                f"| {cpu / (size / GB):.2f} s | {rss / 2**20:.0f} MiB |"
+            )
+            again, _, _, _ = _run([f"{scheme}://org/big", str(dest), "--no-preflight"], env)
+            rows.append(
+                f"| {scheme}:// second run (complete DEST) | 0 B | {again:.2f} s wall | | |"
+            )
+            Store(dest).dest.unlink()
+    big.unlink()
+    return rows
+
+
+def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        creds = {
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": url,
+        }
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="k",
+            aws_secret_access_key="s",
+        )
+        s3.create_bucket(Bucket="perf")
+        src = tmp / "s3.bin"
+        _random_file(src, int(S3_GB * GB))
+        s3.upload_file(str(src), "perf", "m/model.safetensors")
+        src.unlink()
+        wall, cpu, rss, _ = _run(
+            ["s3://perf/m", str(tmp / "dest-s3"), "--no-preflight"], {**env, **creds}
+        )
+        size = S3_GB * GB
+        return [
+            f"| s3:// (moto) | {S3_GB:g} GB | {size / MB / wall:.0f} MB/s "
+            f"| {cpu / (size / GB):.2f} s | {rss / 2**20:.0f} MiB |"
+        ]
+    finally:
+        server.stop()
+
+
+def _reverify_rows(tmp: Path, env: dict[str, str]) -> list[str]:
+    """A 35 GB-shaped complete DEST (sparse shards), re-verified as the init container does."""
+    store = Store(tmp / "Qwen3.6-35B-A3B-w8a8")
+    rev = Revision(store.rev_dir("c" * 40))
+    rev.root.mkdir(parents=True)
+    shard = CKPT_BYTES // CKPT_SHARDS
+    zero = hashlib.sha256()
+    block = bytes(8 << 20)
+    for _ in range(shard // len(block)):
+        zero.update(block)
+    zero.update(bytes(shard % len(block)))
+    entries = []
+    for i in range(1, CKPT_SHARDS + 1):
+        name = f"model-{i:05d}-of-{CKPT_SHARDS:05d}.safetensors"
+        with (rev.root / name).open("wb") as f:
+            f.truncate(shard)
+        entries.append(
+            {
+                "path": name,
+                "size": shard,
+                "sha256": zero.hexdigest(),
+                "check": "sha256",
+                "expected": zero.hexdigest(),
+            }
+        )
+    rev.complete(
+        {
+            "schema_version": 1,
+            "source": "hf://Qwen/Qwen3.6-35B-A3B-w8a8",
+            "requested_revision": None,
+            "revision": "c" * 40,
+            "total_size": shard * CKPT_SHARDS,
+            "files": entries,
+        }
+    )
+    store.point_to(rev.root)
+    rows = []
+    for label, extra in (("sizes", ["--sizes-only"]), ("sizes + sha256", [])):
+        wall, cpu, rss, _ = _run(["verify", str(store.dest), *extra], env)
+        rows.append(
+            f"| re-verify 35 GB-shaped DEST, {label} | {CKPT_BYTES / GB:.0f} GB "
+            f"| {wall:.1f} s wall ({CKPT_BYTES / MB / wall:.0f} MB/s) | {cpu:.1f} s "
+            f"| {rss / 2**20:.0f} MiB |"
+        )
+    return rows
+
+
+def main() -> int:
+    out = Path(os.environ.get("PERF_OUT", "out/perf")) / "fetch.md"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith("_PROXY") and k not in ("HF_TOKEN", "MODELSCOPE_API_TOKEN")
+    }
+    env["NO_PROXY"] = "127.0.0.1"
+    with tempfile.TemporaryDirectory(dir=os.environ.get("PERF_FETCH_TMP")) as name:
+        tmp = Path(name)
+        env["HF_HOME"] = str(tmp / "hf-home")
+        rows = _hub_rows(tmp, env) + _s3_rows(tmp, env) + _reverify_rows(tmp, env)
+    lines = [
+        "# qwen-npu fetch: cost on this machine (make perf-fetch)",
+        "",
+        f"{os.cpu_count()} CPUs; servers on 127.0.0.1 in the harness process; each fetch its own "
+        "process (CPU = user + system of that process; RSS = its peak).",
+        "",
+        "| what | size | throughput / time | CPU (per GB for fetches) | peak RSS |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -376,7 +376,8 @@ def test_the_full_patch_check_runs_before_sglang_and_says_so(
         "--strict",
         "--startup",
     ]
-    assert record(sandbox)["argv"][:2] == ["-m", "sglang.launch_server"]
+    argv = record(sandbox)["argv"]
+    assert isinstance(argv, list) and argv[:2] == ["-m", "sglang.launch_server"]
     passed = [x for x in done.stderr.splitlines() if "event=verify_passed" in x]
     assert len(passed) == 1
     assert "SGLang import noise" not in done.stderr  # kept in the state directory instead

@@ -1,8 +1,10 @@
 """The images, built for real by `make image-test` (podman, the same Dockerfiles and make targets as
 on a Docker host) and run here: the sidecar read-only and non-root against `qwen-npu sim`, its
-probes and HEALTHCHECK healthy then unhealthy, SIGTERM; the engine's cpu flavour with the patches
-verified inside it and its entrypoint as PID 1; and the built images' metadata against the chart,
-the Dockerfiles and docker/versions.env.
+probes and HEALTHCHECK healthy then unhealthy, SIGTERM; the engine's cpu flavour, a build host's
+view (torch_npu without a device): its build check on both Pythons, the entrypoint's full patch
+check before the model load (failing there, passing on the CPU path), its entrypoint as PID 1, HOME
+for any uid; and the built images' metadata against the chart, the Dockerfiles and
+docker/versions.env.
 
 The images are made by make, not here: `make image-test` (and `make test`, whose prerequisites
 build them). Without podman or an image these tests fail, naming the target.
@@ -10,6 +12,7 @@ build them). Without podman or an image these tests fail, naming the target.
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
 import uuid
@@ -189,15 +192,116 @@ def _run(image: str, *args: str, env: dict[str, str] | None = None) -> Any:
     return podman("run", "--rm", "--network", "none", *flags, image, *args, timeout=280)
 
 
-def test_patches_verify_strict_inside_the_engine_image(
+def test_the_image_is_the_build_host_torch_npu_without_a_device(
     refs: dict[str, str], engine_image: Any
 ) -> None:
+    """`import torch` loads torch_npu (no device): SGLang's targets cannot be imported, so the full
+    check fails there as it would on a Docker build host (issue 22), naming the cause."""
+    done = _run(
+        refs["engine-cpu"], "python3", "-c", "import torch; print(torch.npu.is_available())"
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr
     done = _run(refs["engine-cpu"], "qwen-npu", "patches", "verify", "--strict")
+    assert done.returncode == 1, done.stdout + done.stderr
+    for patch in PATCHES:
+        assert re.search(rf"^{re.escape(patch.name)}\s+target-missing\b", done.stdout, re.M)
+    assert "NPU device is not available" in done.stdout
+
+
+def test_the_build_check_passes_there_on_both_pythons(
+    refs: dict[str, str], engine_image: Any, versions: dict[str, str]
+) -> None:
+    """What the build ran, again: on the stack's Python and on the engine's (--site)."""
+    done = _run(refs["engine-cpu"], "qwen-npu", "patches", "verify", "--build", "--strict")
     assert done.returncode == 0, done.stdout + done.stderr
     for patch in PATCHES:
-        assert re.search(rf"^{re.escape(patch.name)}\s+applied\b", done.stdout, re.M), done.stdout
-    # The entrypoint ran it (CANN scripts are absent in the cpu flavour: one warning each).
-    assert "event=exec program=qwen-npu" in done.stderr
+        assert re.search(rf"^{re.escape(patch.name)}\s+pinned\b", done.stdout, re.M), done.stdout
+    assert "kernel tiles" in done.stdout and "pth hook: ok" in done.stdout
+    site = f"/opt/venv/lib/python{versions['TEST_PYTHON_VERSION']}/site-packages"
+    engine_python = ["/opt/engine-python/bin/python", "-m", "qwen_npu.cli"]
+    done = _run(
+        refs["engine-cpu"],
+        *engine_python,
+        "patches",
+        "verify",
+        "--build",
+        "--strict",
+        "--site",
+        site,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"build check on Python {versions['ENGINE_PYTHON_VERSION']}." in done.stdout
+    assert "pth hook: ok: loaded at start-up from /opt/engine-python/" in done.stdout
+
+
+def test_the_start_check_stops_the_engine_before_the_model_load_with_one_line(
+    refs: dict[str, str], engine_image: Any
+) -> None:
+    """The entrypoint's full check, where it cannot pass (torch_npu without a device)."""
+    done = _run(refs["engine-cpu"], "--model-path", "/models/x")
+    assert done.returncode == 4, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "level=error" in line]
+    assert len(errors) == 1, done.stderr
+    assert "event=verify_failed" in errors[0] and "target-missing" in errors[0]
+    assert "log=/var/lib/qwen-npu/state/patches-verify.log" in errors[0]
+    assert "event=exec" not in done.stderr  # SGLang never started
+
+
+def test_the_start_check_passes_and_says_so_in_the_log_and_the_state_file(
+    refs: dict[str, str], engine_image: Any, tmp_path: Path
+) -> None:
+    """On the CPU path (torch_npu not loaded), the same check passes, before SGLang starts."""
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)
+    done = podman(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--env=TORCH_DEVICE_BACKEND_AUTOLOAD=0",
+        "--env=QWEN_NPU_STATE_DIR=/state",
+        "--volume",
+        f"{state}:/state",
+        refs["engine-cpu"],
+        "--model-path",
+        "/models/none",
+        timeout=280,
+    )
+    passed = [line for line in done.stderr.splitlines() if "event=verify_passed" in line]
+    assert len(passed) == 1, done.stderr[-3000:]
+    assert f"patches={len(PATCHES)}" in passed[0]
+    assert "event=exec program=python3" in done.stderr  # then SGLang, which finds no model
+    recorded = json.loads((state / "state.json").read_text())["patches"]
+    assert {name: entry["state"] for name, entry in recorded.items()} == {
+        p.name: "applied" for p in PATCHES
+    }
+
+
+def test_home_and_the_cann_log_path_are_writable_for_any_uid(
+    refs: dict[str, str], engine_image: Any
+) -> None:
+    code = (
+        "import os, pathlib\n"
+        "for key in ('ASCEND_PROCESS_LOG_PATH', 'TRITON_CACHE_DIR', 'ASCEND_WORK_PATH'):\n"
+        "    d = pathlib.Path(os.environ[key]); d.mkdir(parents=True); (d / 'x').write_text('x')\n"
+        "print(os.environ['HOME'], os.getcwd())\n"
+    )
+    done = podman(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        "4242:4242",
+        refs["engine-cpu"],
+        "python3",
+        "-c",
+        code,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["/var/lib/qwen-npu/home", "/var/lib/qwen-npu/home"]
 
 
 def test_pth_hook_inside_the_engine_image(
@@ -268,9 +372,12 @@ def test_entrypoint_is_pid_1_under_tini_forwards_sigterm_and_keeps_the_status(
 
 
 def test_npu_count_check_in_the_image(refs: dict[str, str], engine_image: Any) -> None:
-    """No NPU here: expecting 2 fails before SGLang starts; 2 visible devices pass to SGLang."""
+    """No NPU here: two allocated but none seen fails before SGLang starts; two runtime ids pass."""
     done = _run(
-        refs["engine-cpu"], "--model-path", "/models/x", env={"QWEN_NPU_EXPECTED_NPUS": "2"}
+        refs["engine-cpu"],
+        "--model-path",
+        "/models/x",
+        env={"QWEN_NPU_EXPECTED_NPUS": "2", "ASCEND_VISIBLE_DEVICES": "4,5"},
     )
     assert done.returncode == 3, done.stderr
     errors = [line for line in done.stderr.splitlines() if "level=error" in line]
@@ -280,10 +387,10 @@ def test_npu_count_check_in_the_image(refs: dict[str, str], engine_image: Any) -
     done = _run(
         refs["engine-cpu"],
         "--help",
-        env={"QWEN_NPU_EXPECTED_NPUS": "2", "ASCEND_VISIBLE_DEVICES": "4,5"},
+        env={"QWEN_NPU_EXPECTED_NPUS": "2", "ASCEND_RT_VISIBLE_DEVICES": "0,1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "ASCEND_RT_VISIBLE_DEVICES=4,5" in done.stderr and "event=npu_count_ok" in done.stderr
+    assert "event=npu_count_ok visible=2 expected=2" in done.stderr
     assert "--model-path" in done.stdout  # SGLang's own launch_server usage
 
 
@@ -361,7 +468,7 @@ def test_engine_metadata_is_the_dockerfiles_and_the_versions_files(
     assert labels["io.qwen-npu.sglang.version"] == versions["SGLANG_VERSION"]
     # The cpu flavour names its own base, not the CANN image.
     assert labels["org.opencontainers.image.base.name"] == (
-        f"python:{versions['TEST_PYTHON_VERSION']}-slim-{versions['SIDECAR_DEBIAN_RELEASE']}"
+        f"python:{versions['ENGINE_PYTHON_VERSION']}-slim-{versions['SIDECAR_DEBIAN_RELEASE']}"
     )
     final = dockerfile.stage("engine")
     defaults = {k: v or "" for k, v in final.arg_defaults().items()}
@@ -372,4 +479,5 @@ def test_engine_metadata_is_the_dockerfiles_and_the_versions_files(
     assert config["Cmd"] == ["--help"]
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["BASH_ENV"] == "/usr/local/lib/qwen-npu/cann-env.sh"
+    assert "SGLANG_SET_CPU_AFFINITY" not in env and env["HOME"] == "/var/lib/qwen-npu/home"
     assert env["PATH"].startswith("/opt/venv/bin:")

@@ -1,28 +1,17 @@
-"""THE catalogue of the sidecar's ``qwen_npu_*`` metrics, and the collector that exports them.
+"""THE catalogue of the sidecar's ``qwen_npu_*`` metrics: names, kinds, help, labels, buckets.
 
-Why this exists: dashboards, alert rules, docs and tests all read ``CATALOGUE``; the sidecar
-registers exactly these metrics and nothing else, so a renamed metric breaks a test, not a
-dashboard at 3 a.m. The names are the contract in docs/architecture.md.
-
-The numbers and the exporting are kept apart (STYLE.md rule 9): the sidecar fills a plain
-``SidecarStats`` record, and ``SidecarMetricsCollector.log_stats`` copies it into prometheus_client
-objects on a private registry. ``CATALOGUE`` itself needs only the standard library, so the
-dashboard generator can import this module without prometheus_client installed. Patch names and
-states are not declared here: they come from the patch ledger (``qwen_npu.patches.registry``).
+Why this exists: dashboards, alert rules, docs and tests all read ``CATALOGUE``; the sidecar's
+collector (``qwen_npu.serve.sidecar.collector``) builds exactly these metric families from it at
+scrape time and nothing else, so a renamed metric breaks a test, not a dashboard at 3 a.m. The
+names are the contract in docs/architecture.md. Standard library only, so the dashboard generator
+imports it without prometheus_client. Patch names and states, and the GDN contract's links and
+verdicts, are not declared here: they come from the patch ledger (``qwen_npu.patches.registry``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
 from qwen_npu.patches import registry
 from qwen_npu.serve.metric_spec import MetricSpec
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
 PREFIX = "qwen_npu_"
 
@@ -36,6 +25,15 @@ UB_SOURCES: tuple[str, ...] = ("engine", "predicted")
 ERROR_KINDS: tuple[str, ...] = ("connect", "timeout", "status", "too_large", "malformed")
 #: Outcomes of one canary request (``qwen_npu_canary_runs_total{result}``).
 CANARY_RESULTS: tuple[str, ...] = ("ok", "degenerated", "golden_mismatch", "error")
+#: The GDN state contract's links (the ledger's, in its order) and their verdicts.
+GDN_LINKS: tuple[str, ...] = tuple(link.name for link in registry.GDN_CONTRACT)
+GDN_VERDICTS: tuple[str, ...] = registry.CONTRACT_VERDICTS
+#: What replaces the sidecar's own acceptance window (the recording rules of
+#: qwen_npu/serve/observability/recording.py; dashboards and alerts read those).
+SPEC_WINDOW_DEPRECATED = (
+    "read the recording rules qwen_npu:spec_accept_length:rate10m and "
+    "qwen_npu:spec_accept_rate:rate10m instead; removed in the next minor release"
+)
 
 HEALTH_PROBE_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30,
@@ -114,6 +112,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "file is missing or corrupt.",
         labels=("patch", "state"),
     ),
+    _g(
+        "gdn_contract",
+        "1 for each GDN state contract link's current verdict (pass, fail, unknown), 0 for the "
+        "other two; unknown when the state file does not report the link.",
+        labels=("link", "verdict"),
+    ),
     # Unified-buffer plan of the mamba scatter: what the engine used and what config.json predicts.
     _g("ub_plan_known", "1 when the plan of this source is known.", labels=("source",)),
     _g("ub_budget_bytes", "UB budget the plan was made for, in bytes.", "bytes", ("source",)),
@@ -153,17 +157,28 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "spec_num_draft_tokens",
         "speculative_num_draft_tokens (draft tokens per verify) from /server_info.",
     ),
-    _g(
-        "spec_accept_length",
+    MetricSpec(
+        PREFIX + "spec_accept_length",
+        "gauge",
         "Tokens per verify over the window: delta generation_tokens / delta spec_verify_calls "
         "(NaN when no verify in the window).",
+        unit="short",
+        deprecated=SPEC_WINDOW_DEPRECATED,
     ),
-    _g(
-        "spec_accept_rate",
+    MetricSpec(
+        PREFIX + "spec_accept_rate",
+        "gauge",
         "Accepted share of drafts over the window: (accept_length - 1) / (draft tokens - 1).",
-        "percentunit",
+        unit="percentunit",
+        deprecated=SPEC_WINDOW_DEPRECATED,
     ),
-    _g("spec_window_seconds", "Length of the sliding window of the spec acceptance metrics.", "s"),
+    MetricSpec(
+        PREFIX + "spec_window_seconds",
+        "gauge",
+        "Length of the sliding window of the spec acceptance metrics.",
+        unit="s",
+        deprecated=SPEC_WINDOW_DEPRECATED,
+    ),
     # Output-quality canary.
     MetricSpec(
         PREFIX + "canary_runs_total",
@@ -201,157 +216,3 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
-
-NAN = math.nan
-
-
-@dataclass
-class UbStats:
-    """One UB plan as exported (``None`` fields mean unknown)."""
-
-    known: bool = False
-    ub_bytes: float = NAN
-    h_block_size: float = NAN
-    tile_bytes: float = NAN
-    buffered_bytes: float = NAN
-    headroom_bytes: float = NAN
-    plane_overflow: float = NAN
-
-
-@dataclass
-class SidecarStats:
-    """Everything the collector exports, as plain numbers (filled by the sidecar's poller).
-
-    Counters are cumulative totals; the collector adds the difference since the last call.
-    """
-
-    engine_up: bool = False
-    engine_ready: bool = False
-    engine_draining: bool = False
-    consecutive_failures: int = 0
-    startup_elapsed_s: float = 0.0
-    startup_budget_s: float = 0.0
-    uptime_s: float = 0.0
-    restarts: int = 0
-    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
-    qwen_npu_version: str = "unknown"
-    sglang_version: str = "unknown"
-    patch_states: dict[str, str] = field(
-        default_factory=lambda: dict.fromkeys(PATCH_NAMES, "unknown")
-    )
-    ub: dict[str, UbStats] = field(default_factory=lambda: {s: UbStats() for s in UB_SOURCES})
-    ub_mismatch: bool = False
-    spec_enabled: bool = False
-    spec_algorithm: str = "unknown"
-    spec_num_steps: float = NAN
-    spec_num_draft_tokens: float = NAN
-    spec_accept_length: float = NAN
-    spec_accept_rate: float = NAN
-    spec_window_s: float = 0.0
-    canary_runs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CANARY_RESULTS, 0))
-    canary_degeneration_score: float = NAN
-    canary_longest_repeat_tokens: float = NAN
-    canary_golden_prefix_ratio: float = NAN
-    canary_last_success_ts: float = NAN
-
-
-class SidecarMetricsCollector:
-    """Declares every ``CATALOGUE`` metric on one registry and copies ``SidecarStats`` into them."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        from prometheus_client import Counter, Gauge, Histogram, Info
-
-        self.registry = registry
-        self._metrics: dict[str, Any] = {}
-        for spec in CATALOGUE:
-            short = spec.name
-            if spec.kind == "gauge":
-                metric: Any = Gauge(short, spec.help, spec.labels, registry=registry)
-            elif spec.kind == "counter":
-                metric = Counter(
-                    short.removesuffix("_total"), spec.help, spec.labels, registry=registry
-                )
-            elif spec.kind == "histogram":
-                metric = Histogram(
-                    short, spec.help, spec.labels, buckets=spec.buckets, registry=registry
-                )
-            else:
-                metric = Info(short.removesuffix("_info"), spec.help, registry=registry)
-            self._metrics[spec.name] = metric
-        self._counted: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        # Series that exist from the first scrape (0), so rate() and absent() work at once.
-        for kind in ERROR_KINDS:
-            self._metrics[PREFIX + "engine_errors_total"].labels(kind=kind)
-        for result in CANARY_RESULTS:
-            self._metrics[PREFIX + "canary_runs_total"].labels(result=result)
-        self.log_stats(SidecarStats())
-
-    # The helpers every value goes through (one place for labels and NaN handling).
-    def _log_gauge(self, name: str, value: float, **labels: str) -> None:
-        metric = self._metrics[PREFIX + name]
-        (metric.labels(**labels) if labels else metric).set(float(value))
-
-    def _log_counter(self, name: str, total: float, **labels: str) -> None:
-        key = (name, tuple(sorted(labels.items())))
-        delta = total - self._counted.get(key, 0.0)
-        if delta > 0:
-            metric = self._metrics[PREFIX + name]
-            (metric.labels(**labels) if labels else metric).inc(delta)
-            self._counted[key] = total
-
-    def _log_info(self, name: str, values: Mapping[str, str]) -> None:
-        self._metrics[PREFIX + name].info(dict(values))
-
-    def observe(self, name: str, seconds: float) -> None:
-        """One observation of a histogram (the health probe or canary latency)."""
-        self._metrics[PREFIX + name].observe(seconds)
-
-    def log_time(self, stats: SidecarStats) -> None:
-        """The gauges that move with the clock (refreshed on every scrape)."""
-        self._log_gauge("engine_startup_elapsed_seconds", stats.startup_elapsed_s)
-        self._log_gauge("engine_uptime_seconds", stats.uptime_s)
-
-    def log_stats(self, stats: SidecarStats) -> None:
-        self._log_gauge("engine_up", stats.engine_up)
-        self._log_gauge("engine_ready", stats.engine_ready)
-        self._log_gauge("engine_draining", stats.engine_draining)
-        self._log_gauge("engine_consecutive_failures", stats.consecutive_failures)
-        self._log_gauge("startup_budget_seconds", stats.startup_budget_s)
-        self.log_time(stats)
-        self._log_counter("engine_restarts_total", stats.restarts)
-        for kind, total in stats.errors.items():
-            self._log_counter("engine_errors_total", total, kind=kind)
-
-        self._log_info(
-            "build_info",
-            {"qwen_npu_version": stats.qwen_npu_version, "sglang_version": stats.sglang_version},
-        )
-        for patch, current in stats.patch_states.items():
-            for state in PATCH_STATES:
-                self._log_gauge("patch_state", state == current, patch=patch, state=state)
-
-        for source in UB_SOURCES:
-            ub = stats.ub.get(source, UbStats())
-            self._log_gauge("ub_plan_known", ub.known, source=source)
-            self._log_gauge("ub_budget_bytes", ub.ub_bytes, source=source)
-            self._log_gauge("ub_head_block_size", ub.h_block_size, source=source)
-            self._log_gauge("ub_tile_bytes", ub.tile_bytes, source=source)
-            self._log_gauge("ub_buffered_bytes", ub.buffered_bytes, source=source)
-            self._log_gauge("ub_headroom_bytes", ub.headroom_bytes, source=source)
-            self._log_gauge("ub_plane_overflow", ub.plane_overflow, source=source)
-        self._log_gauge("ub_plan_mismatch", stats.ub_mismatch)
-
-        self._log_gauge("spec_enabled", stats.spec_enabled)
-        self._log_info("spec_info", {"algorithm": stats.spec_algorithm})
-        self._log_gauge("spec_num_steps", stats.spec_num_steps)
-        self._log_gauge("spec_num_draft_tokens", stats.spec_num_draft_tokens)
-        self._log_gauge("spec_accept_length", stats.spec_accept_length)
-        self._log_gauge("spec_accept_rate", stats.spec_accept_rate)
-        self._log_gauge("spec_window_seconds", stats.spec_window_s)
-
-        for result, total in stats.canary_runs.items():
-            self._log_counter("canary_runs_total", total, result=result)
-        self._log_gauge("canary_degeneration_score", stats.canary_degeneration_score)
-        self._log_gauge("canary_longest_repeat_tokens", stats.canary_longest_repeat_tokens)
-        self._log_gauge("canary_golden_prefix_ratio", stats.canary_golden_prefix_ratio)
-        self._log_gauge("canary_last_success_timestamp_seconds", stats.canary_last_success_ts)

@@ -1,16 +1,20 @@
-"""The sidecar's settings: one ``Settings(BaseSettings)`` class and its singleton.
+"""The sidecar's settings: one ``Settings(BaseSettings)`` class, its flags and its singleton.
 
-Why this exists: every knob (flag or ``QWEN_NPU_*`` environment variable) is declared, typed,
-defaulted and validated in one place, and a bad value stops the sidecar at start with one line that
-names the variable, the flag and the fix, instead of failing later inside the poller.
-Precedence: command-line flags > environment > defaults.
+Why this exists: every knob is declared, typed, defaulted and validated once, here, and
+pydantic-settings derives both ways to set it from the field: the environment variable
+``QWEN_NPU_<FIELD>`` and, unless the field is ``EnvOnly``, the flag ``--<field-with-dashes>``
+(plus the short forms in ``SHORTCUTS``; ``cli_parser`` builds the parser, ``FLAGS`` names each
+field's flag for messages and docs). A bad value stops the sidecar at
+start with one line that names the variable, the flag and the fix, instead of failing later inside
+the poller. Precedence: command-line flags > environment > defaults.
 """
 
 from __future__ import annotations
 
+import argparse
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     Field,
@@ -20,19 +24,16 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliSettingsSource, CliSuppress, SettingsConfigDict
 
+from qwen_npu.cli_parser import OneLineParser
+
+_T = TypeVar("_T")
 ENV_PREFIX = "QWEN_NPU_"
-
-#: Field name -> command-line flag, for the fields that have one (docs/architecture.md).
-FLAGS: dict[str, str] = {
-    "engine_url": "--engine-url",
-    "sidecar_host": "--host",
-    "sidecar_port": "--port",
-    "state_dir": "--state-dir",
-    "model_dir": "--model-dir",
-    "tp_size": "--tp-size",
-}
+#: Field -> the short flag it also answers to (``--host`` beside ``--sidecar-host``).
+SHORTCUTS: dict[str, str] = {"sidecar_host": "host", "sidecar_port": "port"}
+#: A field without a flag: the environment (the chart) sets it. The other fields have both.
+EnvOnly = CliSuppress[_T]
 
 DEFAULT_CANARY_PROMPT = (
     "List the planets of the solar system in order from the Sun, one per line, with one short "
@@ -47,7 +48,15 @@ class SettingsError(ValueError):
 class Settings(BaseSettings):
     """Every setting of the sidecar; environment names are ``QWEN_NPU_`` + the upper-case field."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        frozen=True,
+        cli_kebab_case=True,
+        cli_shortcuts={field.replace("_", "-"): short for field, short in SHORTCUTS.items()},
+        cli_hide_none_type=True,
+        cli_avoid_json=True,
+    )
 
     # Where things are.
     engine_url: str = Field(
@@ -62,54 +71,69 @@ class Settings(BaseSettings):
         None, description="Checkpoint folder (or config.json) for the predicted UB plan."
     )
     tp_size: int = Field(1, ge=1, description="Tensor parallel size (heads per rank = heads / tp).")
-    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+    mamba_ssm_dtype: EnvOnly[Literal["float32", "bfloat16", "float16"] | None] = Field(
         None, description="The engine's --mamba-ssm-dtype, when it passes one."
     )
-    engine_api_key: SecretStr | None = Field(None, description="Bearer token for the engine.")
-    engine_api_key_file: Path | None = Field(None, description="File holding the bearer token.")
+    # A secret on the command line would show in ps and in the pod spec.
+    engine_api_key: EnvOnly[SecretStr | None] = Field(
+        None, description="Bearer token for the engine."
+    )
+    engine_api_key_file: EnvOnly[Path | None] = Field(
+        None, description="File holding the bearer token."
+    )
 
     # Probe semantics.
-    startup_budget_s: float = Field(
+    startup_budget_s: EnvOnly[float] = Field(
         1800.0, gt=0, description="Seconds an engine start may take before it counts as stuck."
     )
-    liveness_failures: int = Field(
+    liveness_failures: EnvOnly[int] = Field(
         3, ge=1, description="Consecutive stuck or dead health probes that fail /livez."
     )
-    poll_interval_s: float = Field(5.0, gt=0, description="Seconds between health probes.")
-    health_timeout_s: float = Field(
+    poll_interval_s: EnvOnly[float] = Field(5.0, gt=0, description="Seconds between health probes.")
+    health_timeout_s: EnvOnly[float] = Field(
         10.0, gt=0, description="Timeout of one /health_generate probe (keep under SGLang's 20 s)."
     )
-    info_interval_s: float = Field(
+    info_interval_s: EnvOnly[float] = Field(
         15.0, gt=0, description="Seconds between reads of /server_info, /metrics and state.json."
     )
-    request_timeout_s: float = Field(
+    request_timeout_s: EnvOnly[float] = Field(
         5.0, gt=0, description="Timeout of one /server_info or /metrics read."
     )
-    max_response_bytes: int = Field(
+    max_response_bytes: EnvOnly[int] = Field(
         8 * 1024 * 1024, ge=1024, description="Largest engine response read; more is an error."
     )
 
-    # Speculative decoding.
-    spec_window_s: float = Field(
-        300.0, gt=0, description="Sliding window of the acceptance length and rate."
+    # Speculative decoding (deprecated with the metrics it feeds: see catalogue.py).
+    spec_window_s: EnvOnly[float] = Field(
+        300.0,
+        gt=0,
+        description="Sliding window of the deprecated qwen_npu_spec_accept_length and _rate.",
     )
 
     # Output-quality canary.
-    canary_interval_s: float = Field(60.0, ge=0, description="Seconds between canaries; 0 = off.")
-    canary_timeout_s: float = Field(60.0, gt=0, description="Timeout of one canary request.")
-    canary_prompt: str = Field(DEFAULT_CANARY_PROMPT, min_length=1, description="Canary prompt.")
-    canary_max_tokens: int = Field(64, ge=8, le=4096, description="Tokens the canary generates.")
-    canary_golden_file: Path | None = Field(
+    canary_interval_s: EnvOnly[float] = Field(
+        60.0, ge=0, description="Seconds between canaries; 0 = off."
+    )
+    canary_timeout_s: EnvOnly[float] = Field(
+        60.0, gt=0, description="Timeout of one canary request."
+    )
+    canary_prompt: EnvOnly[str] = Field(
+        DEFAULT_CANARY_PROMPT, min_length=1, description="Canary prompt."
+    )
+    canary_max_tokens: EnvOnly[int] = Field(
+        64, ge=8, le=4096, description="Tokens the canary generates."
+    )
+    canary_golden_file: EnvOnly[Path | None] = Field(
         None, description="Expected greedy output of the canary prompt (UTF-8 text)."
     )
-    canary_degeneration_max: float = Field(
+    canary_degeneration_max: EnvOnly[float] = Field(
         0.5, ge=0, le=1, description="Score above which a canary run counts as degenerated."
     )
-    canary_golden_min_ratio: float = Field(
+    canary_golden_min_ratio: EnvOnly[float] = Field(
         0.5, ge=0, le=1, description="Golden prefix ratio below which a run counts as mismatch."
     )
 
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
+    log_level: EnvOnly[Literal["debug", "info", "warning", "error"]] = Field(
         "info", description="Threshold of the JSON log lines on stderr."
     )
 
@@ -159,6 +183,29 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
+def _flag(field: str) -> str:
+    return "--" + SHORTCUTS.get(field, field.replace("_", "-"))
+
+
+#: Field -> the flag messages and docs name (the short form where there is one), for the fields
+#: that have a flag.
+FLAGS: dict[str, str] = {
+    name: _flag(name)
+    for name, info in Settings.model_fields.items()
+    if argparse.SUPPRESS not in info.metadata  # what EnvOnly (CliSuppress) marks
+}
+
+
+def cli_parser(description: str) -> tuple[OneLineParser, CliSettingsSource[Settings]]:
+    """The ``qwen-npu sidecar`` parser with one flag per field, and the source that reads it.
+
+    Add the verb's own flags to the parser, parse, then ``load_settings(cli=source(parsed_args=
+    namespace))``.
+    """
+    parser = OneLineParser(prog="qwen-npu sidecar", description=description)
+    return parser, CliSettingsSource(Settings, root_parser=parser)
+
+
 def describe_error(exc: ValidationError) -> str:
     """One line naming the first bad key (environment variable and flag) and the fix."""
     first = exc.errors()[0]
@@ -175,14 +222,17 @@ def describe_error(exc: ValidationError) -> str:
     return f"settings: {first['msg'].removeprefix('Value error, ')}"
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment, with ``overrides`` (the flags) on top; SettingsError if bad.
+def load_settings(*, cli: CliSettingsSource[Settings] | None = None, **overrides: Any) -> Settings:
+    """Settings from the environment, with the parsed flags (``cli``) or ``overrides`` on top.
 
-    Files named by the settings are checked here too, so a missing golden or key file is a start
-    error and not a poller error later.
+    Raises SettingsError (one line) for a bad value. Files named by the settings are checked here
+    too, so a missing golden or key file is a start error and not a poller error later.
     """
     try:
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = Settings(
+            _cli_settings_source=cli,  # type: ignore[call-arg]
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
     except ValidationError as exc:
         raise SettingsError(describe_error(exc)) from None
     for field in ("engine_api_key_file", "canary_golden_file"):

@@ -1,9 +1,10 @@
-"""Bounded HTTP exchanges with the engine: every call has a total deadline and a byte limit.
+"""Bounded HTTP exchanges with the engine, and the count of the ones that failed.
 
 Why this exists: the engine can hang, drip bytes slowly, answer with a huge or malformed body, or
 be gone. Each of those must end as one ``EngineError(kind)`` within its deadline, never as an
-exception that kills a poller loop and never as unbounded memory. The kinds are the label values of
-``qwen_npu_engine_errors_total{kind}``.
+exception that kills a poller loop and never as unbounded memory. ``EngineErrors`` counts them
+(``qwen_npu_engine_errors_total{kind}``, the kinds are its label values) and logs each kind at
+most once a minute, the same way for the health probe, the info reads and the canary.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from typing import Any
 import httpx
 
 from qwen_npu.serve.catalogue import ERROR_KINDS
+from qwen_npu.serve.sidecar.logs import RateLimiter, log
+
+#: The health probe's path: the only place a refused connection is counted.
+HEALTH_PATH = "/health_generate"
 
 
 class EngineError(Exception):
@@ -126,3 +131,29 @@ class EngineClient:
         finally:
             await response.aclose()
         return EngineResponse(response.status_code, b"".join(chunks), time.monotonic() - start)
+
+
+class EngineErrors:
+    """Failed exchanges by kind (what ``qwen_npu_engine_errors_total`` exports), logged sparingly.
+
+    Reachability is the health loop's to count (once per lost engine start), so a ``connect``
+    error elsewhere is not counted again.
+    """
+
+    def __init__(self, limiter: RateLimiter | None = None) -> None:
+        self.counts: dict[str, int] = dict.fromkeys(ERROR_KINDS, 0)
+        self.limiter = limiter or RateLimiter(60.0)
+
+    def count(self, exc: EngineError, where: str) -> None:
+        if exc.kind == "connect" and where != HEALTH_PATH:
+            return
+        self.counts[exc.kind] += 1
+        if self.limiter.allow(f"{exc.kind}-{where}"):
+            log(
+                "warning",
+                "engine_error",
+                kind=exc.kind,
+                where=where,
+                detail=exc.detail,
+                action="counted in qwen_npu_engine_errors_total; logged once a minute",
+            )

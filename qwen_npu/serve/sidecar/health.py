@@ -1,4 +1,4 @@
-"""The probe state machine: health probe results in, startup / readiness / liveness verdicts out.
+"""Engine health: the health step (``GET /health_generate``) and the state machine it feeds.
 
 Why this exists: the kubelet's three probes of the engine container point at the sidecar, and each
 must mean exactly one thing (docs/sidecar.md):
@@ -14,13 +14,21 @@ must mean exactly one thing (docs/sidecar.md):
   after the engine had been ready, or a start that overran the budget. Slow answers, HTTP errors
   (5xx), a quick 503 and a start still within budget never fail it.
 
-Pure logic over an injected clock, so tests drive it without an engine or sleeps.
+``HealthTracker`` is pure logic over an injected clock, so tests drive it without an engine or
+sleeps; ``HealthProbe`` is the step around it: one bounded exchange, its ``Outcome``
+(``classify``), the failures that count, the latency for
+``qwen_npu_engine_health_probe_seconds``, and a log line per transition saying what to do next.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+from qwen_npu.serve.sidecar.collector import histogram
+from qwen_npu.serve.sidecar.engine import HEALTH_PATH, EngineClient, EngineError, EngineErrors
+from qwen_npu.serve.sidecar.logs import log
 
 Outcome = Literal["ok", "unavailable", "unhealthy", "http_error", "timeout", "refused"]
 #: Outcomes that mean stuck or dead (they count towards liveness).
@@ -76,7 +84,7 @@ class HealthTracker:
         self.last_probe_at: float | None = None
         self.last_ok_at: float | None = None
         self.consecutive_failures = 0  # any non-200
-        self.consecutive_hard_failures = 0  # timeouts and refusals only
+        self.consecutive_hard_failures = 0  # timeouts, refusals and stuck 503s (HARD_FAILURES)
         self.draining = False
         self.restarts = 0
 
@@ -190,3 +198,88 @@ class HealthTracker:
             "timeout": "health probe timed out",
             "refused": "engine port refuses connections",
         }[self.last_outcome]
+
+
+#: What to do next, per health transition (the ``action`` of its log line).
+ACTIONS: dict[str, tuple[str, str]] = {
+    "engine_ready": ("info", "none"),
+    "engine_unreachable": ("warning", "check the engine container: kubectl logs -c engine"),
+    "engine_start_ended": (
+        "warning",
+        "the engine process went away; kubectl describe pod for the exit reason and restarts",
+    ),
+    "engine_reachable": ("info", "none"),
+    "engine_draining": (
+        "warning",
+        "expected during rollout or shutdown; otherwise check engine log",
+    ),
+    "engine_stuck_or_dead": (
+        "error",
+        "liveness fails now, the kubelet restarts the engine; save its log (docs/runbook.md)",
+    ),
+}
+
+
+class HealthProbe:
+    """``await probe()`` runs one health probe of the engine and folds it into ``health``."""
+
+    def __init__(
+        self,
+        *,
+        engine: Callable[[], EngineClient],
+        engine_url: str,
+        timeout_s: float,
+        health: HealthTracker,
+        errors: EngineErrors,
+        clock: Callable[[], float],
+        on_start_ended: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.engine = engine
+        self.engine_url = engine_url
+        self.timeout_s = timeout_s
+        self.health = health
+        self.errors = errors
+        self.clock = clock
+        self.on_start_ended = on_start_ended
+        self.latency = histogram("engine_health_probe_seconds")
+
+    async def __call__(self) -> None:
+        t0 = self.clock()
+        outcome, status = await self._exchange()
+        now = self.clock()
+        self.latency.observe(now - t0)
+        for event in self.health.record(outcome, now, status):
+            self._log(event, outcome, status)
+            if event == "engine_start_ended":
+                self.on_start_ended()
+
+    async def _exchange(self) -> tuple[Outcome, int | None]:
+        started_before = self.health.started
+        try:
+            response = await self.engine().request("GET", HEALTH_PATH, timeout=self.timeout_s)
+        except EngineError as exc:
+            if exc.kind == "connect":
+                if started_before:
+                    self.errors.count(exc, HEALTH_PATH)
+                return "refused", None
+            self.errors.count(exc, HEALTH_PATH)
+            return ("timeout" if exc.kind == "timeout" else "http_error"), None
+        outcome = classify(response.status, response.seconds)
+        if outcome in ("http_error", "unhealthy"):
+            detail = f"HTTP {response.status} after {response.seconds:.1f}s"
+            self.errors.count(EngineError("status", detail, response.status), HEALTH_PATH)
+        return outcome, response.status
+
+    def _log(self, event: str, outcome: Outcome, status: int | None) -> None:
+        level, action = ACTIONS.get(event, ("info", "none"))
+        if event == "engine_unreachable" and not self.health.ever_ready:
+            level, action = "info", "none: the engine opens its port when the model is loaded"
+        log(
+            level,
+            event,
+            engine_url=self.engine_url,
+            outcome=outcome,
+            status=status,
+            restarts=self.health.restarts,
+            action=action,
+        )

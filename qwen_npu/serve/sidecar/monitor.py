@@ -1,47 +1,84 @@
-"""The monitor: builds the trackers and the three steps, and runs them as loops; caches it all.
+"""The monitor: the trackers, the three steps that feed them, and the loops that run the steps.
 
 Why this exists: the kubelet's probes and Prometheus' scrapes must be answered in milliseconds from
-cached state, also while the engine hangs. The monitor wires the parts together and owns their
-lifetime (``start``/``stop`` from the app's ``lifespan``); each part is its own module:
+state the sidecar already holds, also while the engine hangs. The monitor builds that state (the
+health tracker, the error counts, the acceptance window, the predicted UB plan), the steps that
+update it (``health.HealthProbe``, ``info.InfoReader``, ``canary.CanaryRunner``, each bounded: one
+exchange at a time, a deadline per exchange, a byte limit per response) and owns their lifetime
+(``start``/``stop`` from the app's ``lifespan``). Readers (the collector, ``/status``, the probe
+routes) read the trackers directly.
 
-- ``loops``: the scheduling (a step, then one interval of sleep; a failing step is logged);
-- ``probe``, ``info``, ``canary_runner``: the health, info and canary steps, each bounded (one
-  exchange at a time, a deadline per exchange, a byte limit per response);
-- ``errors``: the error accounting every step shares;
-- ``publish``: copying the numbers into ``SidecarStats`` and the collector after each step;
-- ``status_view``: the ``/status`` document.
-
-Time is injected (``clock``, ``wall`` and the loops' ``sleep``), so tests drive it all without
-waiting.
+The scheduling: each loop runs its step, then sleeps ``interval_s`` once, so a step starts every
+interval plus the step's own duration (a refused probe takes no time, a timed-out one its
+timeout); docs/chart.md's probe arithmetic rests on this cadence. Time is injected (``clock``,
+``wall`` and the loops' ``sleep``), so tests count steps on a virtual clock without waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import httpx
-from prometheus_client import CollectorRegistry
 
-from qwen_npu import __version__
-from qwen_npu.serve.catalogue import SidecarMetricsCollector, SidecarStats
 from qwen_npu.serve.sidecar import ub
-from qwen_npu.serve.sidecar.canary_runner import CanaryRunner
+from qwen_npu.serve.sidecar.canary import CanaryRunner
 from qwen_npu.serve.sidecar.config import Settings
-from qwen_npu.serve.sidecar.engine import EngineClient
-from qwen_npu.serve.sidecar.errors import ErrorAccounting
-from qwen_npu.serve.sidecar.health import HealthTracker
+from qwen_npu.serve.sidecar.engine import EngineClient, EngineErrors
+from qwen_npu.serve.sidecar.health import HealthProbe, HealthTracker
 from qwen_npu.serve.sidecar.info import InfoReader
 from qwen_npu.serve.sidecar.logs import RateLimiter, log
-from qwen_npu.serve.sidecar.loops import Loop, Loops, Sleep
-from qwen_npu.serve.sidecar.probe import HealthProbe
-from qwen_npu.serve.sidecar.publish import Publisher
 from qwen_npu.serve.sidecar.spec_window import SpecWindow
+
+#: ``asyncio.sleep`` or a test's virtual sleep.
+Sleep = Callable[[float], Awaitable[None]]
+Step = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop: its name (in logs and task names), its interval, its step."""
+
+    name: str
+    interval_s: float
+    step: Step
+    #: Sleep one interval before the first step (the canary: the engine is not ready at start).
+    wait_first: bool = False
+
+
+async def run_loop(
+    loop: Loop, *, sleep: Sleep = asyncio.sleep, errors_log: RateLimiter | None = None
+) -> None:
+    """Run ``loop`` until cancelled: [sleep,] step, sleep, step, ...
+
+    Exactly one sleep separates two steps. An exception of the step is logged (at most once a
+    minute per loop) and the loop goes on; only cancellation ends it.
+    """
+    limiter = errors_log or RateLimiter(60.0)
+    if loop.wait_first:
+        await sleep(loop.interval_s)
+    while True:
+        try:
+            await loop.step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not stop the loop that feeds the probes
+            if limiter.allow(f"internal-{loop.name}"):
+                log(
+                    "error",
+                    "poller_step_failed",
+                    loop=loop.name,
+                    error=repr(exc),
+                    action="report this line; the loop keeps running",
+                )
+        await sleep(loop.interval_s)
 
 
 class Monitor:
-    """Owns the engine client, the trackers, the registry, the three steps and their loops."""
+    """Owns the engine client, the trackers, the three steps and their loops."""
 
     def __init__(
         self,
@@ -53,73 +90,48 @@ class Monitor:
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.settings = settings
-        self._transport = transport
         self.clock = clock
-        self.registry = CollectorRegistry()
+        self._transport = transport
+        self._sleep = sleep
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop_errors = RateLimiter(60.0)
+        self.client: EngineClient | None = None
+
         self.health = HealthTracker(
             startup_budget_s=settings.startup_budget_s,
             liveness_failures=settings.liveness_failures,
             now=clock(),
         )
+        self.errors = EngineErrors()
         self.spec = SpecWindow(settings.spec_window_s)
-        self.stats = SidecarStats(
-            startup_budget_s=settings.startup_budget_s,
-            spec_window_s=settings.spec_window_s,
-            qwen_npu_version=__version__,
-        )
-        predicted = ub.predict(settings.model_dir, settings.tp_size, settings.mamba_ssm_dtype)
-        self.predicted_plan, self.predicted_error = predicted.plan, predicted.error
-        self.stats.ub["predicted"] = ub.stats_from_plan(predicted.plan)
-        self.client: EngineClient | None = None
-        self._loop_errors = RateLimiter(60.0)
-        self.loops = Loops(sleep=sleep)
-
-        self.publisher = Publisher(
-            self.stats, SidecarMetricsCollector(self.registry), self.health, clock
-        )
-        errors = ErrorAccounting(self.stats.errors, RateLimiter(60.0))
+        self.predicted = ub.predict(settings.model_dir, settings.tp_size, settings.mamba_ssm_dtype)
+        self.ub_predicted = ub.stats_from_plan(self.predicted.plan)
         self.probe = HealthProbe(
             engine=self._engine,
             engine_url=settings.engine_url,
             timeout_s=settings.health_timeout_s,
             health=self.health,
-            spec=self.spec,
-            errors=errors,
-            publisher=self.publisher,
+            errors=self.errors,
             clock=clock,
+            on_start_ended=self.spec.clear,
         )
         self.info = InfoReader(
             settings=settings,
             engine=self._engine,
             health=self.health,
             spec=self.spec,
-            stats=self.stats,
-            errors=errors,
+            errors=self.errors,
             clock=clock,
         )
         self.canary = CanaryRunner(
             settings=settings,
             engine=self._engine,
             health=self.health,
-            stats=self.stats,
-            errors=errors,
-            publisher=self.publisher,
+            errors=self.errors,
             clock=clock,
             wall=wall,
         )
-        self.publisher.publish()
 
-    # What the routes read.
-    @property
-    def version(self) -> int:
-        """Goes up whenever an exported number changes (the /metrics cache key)."""
-        return self.publisher.version
-
-    def refresh_time(self) -> None:
-        """Bring the clock-driven gauges up to now (called on every /metrics render)."""
-        self.publisher.refresh_time()
-
-    # Lifecycle (called from the app's lifespan).
     def loop_plan(self) -> list[Loop]:
         """The loops ``start`` runs: health and info at once, the canary after one interval."""
         s = self.settings
@@ -138,19 +150,28 @@ class Monitor:
             api_key=self.settings.api_key(),
             transport=self._transport,
         )
-        if self.predicted_error and self.settings.model_dir is not None:
+        if self.predicted.error and self.settings.model_dir is not None:
             log(
                 "warning",
                 "ub_prediction_unavailable",
-                error=self.predicted_error,
+                error=self.predicted.error,
                 action="fix QWEN_NPU_MODEL_DIR or QWEN_NPU_TP_SIZE; predicted plan stays unknown",
             )
-        self.loops.start(
-            self.loop_plan(), after_step=self.publisher.publish, errors_log=self._loop_errors
-        )
+        self._tasks = [
+            asyncio.create_task(
+                run_loop(loop, sleep=self._sleep, errors_log=self._loop_errors),
+                name=f"sidecar-{loop.name}",
+            )
+            for loop in self.loop_plan()
+        ]
 
     async def stop(self) -> None:
-        await self.loops.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
         if self.client is not None:
             await self.client.aclose()
             self.client = None

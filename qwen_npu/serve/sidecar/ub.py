@@ -17,9 +17,22 @@ from typing import Any
 
 from qwen_npu.checkpoint.model_config import ModelConfigError, read_model_config
 from qwen_npu.hardware.ub_plan import UbPlanError, plan
-from qwen_npu.serve.catalogue import UbStats
 
 _NUMBERS = ("ub_bytes", "h_block_size", "tile_bytes", "buffered_bytes", "headroom_bytes")
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class UbStats:
+    """One UB plan's numbers as the ``qwen_npu_ub_*`` gauges show them (NaN: unknown)."""
+
+    known: bool = False
+    ub_bytes: float = NAN
+    h_block_size: float = NAN
+    tile_bytes: float = NAN
+    buffered_bytes: float = NAN
+    headroom_bytes: float = NAN
+    plane_overflow: float = NAN
 
 
 @dataclass(frozen=True)

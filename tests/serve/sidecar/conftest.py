@@ -17,8 +17,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from qwen_npu.serve.sidecar.app import create_app
 from qwen_npu.serve.sidecar.config import Settings, load_settings
-from qwen_npu.serve.sidecar.main import create_app
 
 #: Intervals short enough that every scenario settles in well under a second.
 FAST: dict[str, Any] = {

@@ -39,7 +39,7 @@ def set_faults(sim_url: str, **faults: Any) -> None:
 
 
 def sidecar(sim_url: str, **overrides: Any) -> TestClient:
-    from qwen_npu.serve.sidecar.main import create_app
+    from qwen_npu.serve.sidecar.app import create_app
 
     return TestClient(create_app(fast_settings(engine_url=sim_url, **{**SIDECAR, **overrides})))
 

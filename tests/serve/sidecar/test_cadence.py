@@ -20,8 +20,7 @@ import httpx
 import pytest
 
 from qwen_npu.serve.sidecar.config import load_settings
-from qwen_npu.serve.sidecar.loops import Loop, run_loop
-from qwen_npu.serve.sidecar.monitor import Monitor
+from qwen_npu.serve.sidecar.monitor import Loop, Monitor, run_loop
 from tests.serve.sidecar.conftest import FakeEngine
 
 #: How long the test waits for the loops to park (an event; generous for a loaded machine).

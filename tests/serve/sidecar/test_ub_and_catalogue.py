@@ -1,4 +1,5 @@
-"""UB plans (engine vs predicted), and the metric catalogue against the contract and promtool."""
+"""UB plans (engine vs predicted), and the metric catalogue against the contract, the collector
+and promtool."""
 
 from __future__ import annotations
 
@@ -10,16 +11,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 
-from qwen_npu.serve.catalogue import (
-    CATALOGUE,
-    PATCH_NAMES,
-    SidecarMetricsCollector,
-    SidecarStats,
-    UbStats,
-)
+from qwen_npu.serve.catalogue import CATALOGUE, PATCH_NAMES
 from qwen_npu.serve.sidecar import ub
+from qwen_npu.serve.sidecar.collector import registry_for
+from qwen_npu.serve.sidecar.config import load_settings
+from qwen_npu.serve.sidecar.monitor import Monitor
+from qwen_npu.serve.sidecar.ub import UbStats
 
 # The contract (docs/architecture.md), copied here: a rename must be a deliberate, visible change.
 CONTRACT = {
@@ -28,6 +27,7 @@ CONTRACT = {
     "qwen_npu_engine_startup_elapsed_seconds", "qwen_npu_startup_budget_seconds",
     "qwen_npu_engine_uptime_seconds", "qwen_npu_engine_restarts_total",
     "qwen_npu_engine_errors_total", "qwen_npu_build_info", "qwen_npu_patch_state",
+    "qwen_npu_gdn_contract",
     "qwen_npu_ub_plan_known", "qwen_npu_ub_budget_bytes", "qwen_npu_ub_head_block_size",
     "qwen_npu_ub_tile_bytes", "qwen_npu_ub_buffered_bytes", "qwen_npu_ub_headroom_bytes",
     "qwen_npu_ub_plane_overflow", "qwen_npu_ub_plan_mismatch", "qwen_npu_spec_enabled",
@@ -71,15 +71,21 @@ def test_catalogue_is_the_contract_and_well_formed() -> None:
 
 @pytest.mark.system
 def test_collector_exports_every_catalogue_series_and_promtool_accepts_it() -> None:
-    registry = CollectorRegistry()
-    collector = SidecarMetricsCollector(registry)
-    stats = SidecarStats(engine_up=True, restarts=2, spec_algorithm="NEXTN")
-    stats.errors["timeout"] = 3
-    stats.ub["engine"] = UbStats(True, 196608, 1, 65536, 131072, 65536, 0)
-    collector.log_stats(stats)
-    collector.log_stats(stats)  # counters add only the difference
-    collector.observe("engine_health_probe_seconds", 0.02)
+    # The trackers as the steps leave them: an engine that answered, restarted twice, timed out
+    # three times, runs NEXTN and wrote an engine UB plan (no patch entries yet).
+    monitor = Monitor(load_settings(), clock=lambda: 100.0)
+    monitor.health.record("ok", monitor.clock(), 200)
+    monitor.health.restarts = 2
+    monitor.errors.counts["timeout"] = 3
+    monitor.info.info = {"speculative_algorithm": "NEXTN"}
+    monitor.info.state = {"patches": {}, "ub_plan": {"ub_bytes": 196608, "h_block_size": 1,
+                          "tile_bytes": 65536, "buffered_bytes": 131072,
+                          "headroom_bytes": 65536, "plane_overflow": False}}  # fmt: skip
+    monitor.probe.latency.observe(0.02)
+    registry = registry_for(monitor)
+    first = generate_latest(registry).decode()
     text = generate_latest(registry).decode()
+    assert text == first  # a scrape reads the trackers; it changes nothing
     for spec in CATALOGUE:
         for series in spec.series_names():
             assert re.search(rf"^{series}[{{ ]", text, re.M), series

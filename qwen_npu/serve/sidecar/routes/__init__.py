@@ -1,1 +1,0 @@
-"""One router per file: ``health`` (the kubelet's probes), ``status`` (JSON), ``metrics``."""

@@ -390,6 +390,10 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
     registry = Registry.from_env(target.host)
     registry.ping()
     if dest.exists():
+        if any(dest.iterdir()) and not (dest / "SHA256SUMS").is_file():
+            raise ReleaseError(
+                f"BUNDLE={dest} exists and is not a bundle; give a new or empty directory"
+            )
         shutil.rmtree(dest)
     (dest / "images").mkdir(parents=True)
     work = dest.parent / f".{dest.name}.work"

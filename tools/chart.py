@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ CR_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroup-scheduling-v1beta1.json",
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json",
 }
 
 # libyaml's safe loader (PyYAML's wheels carry it): the same objects as yaml.safe_load, eight times
@@ -140,8 +141,16 @@ def documents(rendered: dict[str, str]) -> list[dict[str, Any]]:
     return docs
 
 
+@lru_cache(maxsize=256)
+def _rendered_documents(values_json: str) -> list[dict[str, Any]]:
+    return documents(render(json.loads(values_json)))
+
+
 def render_docs(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    return documents(render(values))
+    """The objects `values` render to. A render is a pure function of the values, so each distinct
+    values set is rendered once per process (the chart tests ask for the same ones many times);
+    every caller gets its own copy to change."""
+    return copy.deepcopy(_rendered_documents(json.dumps(values or {}, sort_keys=True)))
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
@@ -376,11 +385,14 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
     return _errors(validator, doc, where)
 
 
-def lint(values: dict[str, Any]) -> list[str]:
-    """`helm lint --strict` findings at warning level and above, for the oldest and newest
-    Kubernetes the chart claims (Helm's lint flags APIs deprecated or removed in that version)."""
+def lint(
+    values: dict[str, Any], versions: tuple[str, ...] = (KUBE_VERSIONS[0], KUBE_VERSIONS[-1])
+) -> list[str]:
+    """`helm lint --strict` findings at warning level and above, for each Kubernetes minor of
+    `versions` (Helm's lint flags APIs deprecated or removed in that version); by default the
+    oldest and the newest the chart claims."""
     findings: list[str] = []
-    for version in (KUBE_VERSIONS[0], KUBE_VERSIONS[-1]):
+    for version in versions:
         report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{version}.0")
         findings += [
             f"k8s {version}: {m['path']}: {m['error']}"

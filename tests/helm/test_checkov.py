@@ -1,4 +1,7 @@
-"""checkov (--skip-download) on every rendered scenario: no failed check, skips as the README says.
+"""checkov (--skip-download) on every rendered scenario: no failed check, each skip with a reason.
+
+The number of skips is not pinned: a checkov upgrade that adds a check the chart already skips by
+annotation changes it, and no reader acts on it (the chart README quotes it as measured).
 
 checkov lives in its own venv (.venv-checkov, `make checkov-venv`, a prerequisite of `make test`).
 """
@@ -6,7 +9,6 @@ checkov lives in its own venv (.venv-checkov, `make checkov-venv`, a prerequisit
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,6 @@ from tools import chart as chart_tool
 pytestmark = pytest.mark.system  # needs a tool `make test` installs (docs: make test-fast)
 
 CHECKOV = chart_tool.REPO / ".venv-checkov" / "bin" / "checkov"
-README = chart_tool.CHART_DIR / "README.md"
 
 
 def _run_checkov(directory: Path) -> dict[str, Any]:
@@ -62,12 +63,10 @@ def test_should_fail_no_check_when_checkov_scans_rendered_manifests(
     summary = report["summary"]
     assert summary["parsing_errors"] == 0
     assert summary["passed"] > 1000
-    # Every skip carries a reason, and the README's count is the real one.
+    # Every skip carries its reason.
     skipped = report["results"]["skipped_checks"]
+    assert skipped and summary["skipped"] == len(skipped)
     assert all(len(c["check_result"].get("suppress_comment", "")) > 20 for c in skipped)
-    stated = re.search(r"(\d+) skipped", README.read_text())
-    assert stated is not None, f"{README}: no 'N skipped' count"
-    assert int(stated[1]) == summary["skipped"]
     # A check that fails is reported: an engine without its skips fails CKV_K8S_11 and more.
     engine = chart_tool.engine_workload(rendered_scenarios["ci-default"])
     del engine["metadata"]["annotations"]

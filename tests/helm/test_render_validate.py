@@ -2,6 +2,11 @@
 
 Scenarios: every profile with MTP on and off, every ci/ overlay, and the LeaderWorkerSet profile
 with the router, autoscaling and the API key (tools/chart.py).
+
+Each scenario is linted and validated once, against one Kubernetes minor, and the scenarios share
+the minors out so that every minor the chart claims is used (`COVERING`): that catches a field a
+minor lacks and a scenario that renders a bad object, in a few seconds. The full matrix (every
+scenario on every minor, lint on the oldest and the newest) is the slow test below.
 """
 
 from __future__ import annotations
@@ -19,22 +24,60 @@ from tools import chart as chart_tool
 SCENARIOS = list(chart_tool.scenarios())
 
 
+def _minors(name: str) -> list[str]:
+    """The Kubernetes minors a scenario can run on (the image volume source needs 1.33)."""
+    if not name.endswith("image-volume"):
+        return chart_tool.KUBE_VERSIONS
+    floor = tuple(map(int, chart_tool.IMAGE_VOLUME_MIN.split(".")))
+    return [v for v in chart_tool.KUBE_VERSIONS if tuple(map(int, v.split("."))) >= floor]
+
+
+def _covering() -> dict[str, str]:
+    """Scenario -> one minor, dealt out in turn so that every minor gets scenarios."""
+    minors, turn, out = chart_tool.KUBE_VERSIONS, 0, {}
+    for name in SCENARIOS:
+        while minors[turn % len(minors)] not in _minors(name):
+            turn += 1
+        out[name] = minors[turn % len(minors)]
+        turn += 1
+    return out
+
+
+COVERING = _covering()
+
+
+def test_should_use_every_kubernetes_minor_when_sharing_them_out() -> None:
+    assert set(COVERING) == set(SCENARIOS)
+    assert set(COVERING.values()) == set(chart_tool.KUBE_VERSIONS)
+    assert all(minor in _minors(name) for name, minor in COVERING.items())
+
+
+@pytest.mark.parametrize(
+    ("name", "minor"), COVERING.items(), ids=[f"{n}-k8s{v}" for n, v in COVERING.items()]
+)
+def test_should_lint_clean_and_pass_strict_schemas_when_rendering_scenario(
+    name: str,
+    minor: str,
+    scenario_values: dict[str, dict[str, Any]],
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
+) -> None:
+    assert chart_tool.lint(scenario_values[name], versions=(minor,)) == []
+    errors = [e for d in rendered_scenarios[name] for e in chart_tool.validate(d, minor)]
+    assert errors == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_should_lint_clean_when_rendering_scenario(
-    name: str, scenario_values: dict[str, dict[str, Any]]
+def test_should_lint_clean_and_pass_strict_schemas_on_every_minor_when_rendering_scenario(
+    name: str,
+    scenario_values: dict[str, dict[str, Any]],
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
 ) -> None:
     assert chart_tool.lint(scenario_values[name]) == []
-
-
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_should_pass_strict_kubernetes_schemas_when_rendering_scenario(
-    name: str, rendered_scenarios: dict[str, list[dict[str, Any]]]
-) -> None:
-    docs = rendered_scenarios[name]
-    versions = chart_tool.KUBE_VERSIONS
-    if name.endswith("image-volume"):
-        versions = [v for v in versions if tuple(map(int, v.split("."))) >= (1, 33)]
-    errors = [e for v in versions for d in docs for e in chart_tool.validate(d, v)]
+    minors = [v for v in _minors(name) if v != COVERING[name]]
+    errors = [
+        e for v in minors for d in rendered_scenarios[name] for e in chart_tool.validate(d, v)
+    ]
     assert errors == []
 
 
@@ -55,7 +98,7 @@ def test_should_catch_misspelled_field_when_validating_strictly(
 
 
 def test_should_validate_every_custom_resource_when_any_scenario_renders_one(
-    rendered_scenarios: dict[str, list[dict[str, Any]]], repo: Any
+    rendered_scenarios: dict[str, list[dict[str, Any]]],
 ) -> None:
     seen = {
         (d["apiVersion"], d["kind"])
@@ -66,9 +109,8 @@ def test_should_validate_every_custom_resource_when_any_scenario_renders_one(
     expected = {
         ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
     }
-    if (repo / "helm/qwen-npu/templates/prometheusrule.yaml").exists():
-        expected.add(("monitoring.coreos.com/v1", "PrometheusRule"))
     assert expected <= seen
     assert seen <= set(chart_tool.CR_KINDS)
 

@@ -233,23 +233,25 @@ def test_should_match_values_file_when_regenerating_schema(repo: Any) -> None:
         gen.render_schema(broken)
 
 
-def test_should_default_monitoring_thresholds_when_installing(repo: Any) -> None:
-    values = yaml.safe_load((repo / "helm/qwen-npu/values.yaml").read_text())
-    monitoring = values["monitoring"]
-    assert monitoring["prometheusRule"]["thresholds"] == {
-        "startupBudgetSeconds": 0,  # deprecated alias: 0 = engine.startupBudgetSeconds
-        "ttftP99Seconds": 2.0,
-        "tpotP99Seconds": 0.1,
-        "queueDepth": 32,
-        "specAcceptLengthMin": 1.5,
-        "canaryDegenerationMax": 0.5,
-        "hbmUsedRatioMax": 0.95,
-    }
-    assert monitoring["dashboards"]["labels"] == {"grafana_dashboard": "1"}
-    for part in ("serviceMonitor", "prometheusRule", "dashboards"):
-        assert monitoring[part]["enabled"] is True
-    assert monitoring["runbookBaseUrl"].endswith("docs/runbook.md")
-    assert set(values["mtp"]) == {"enabled", "algorithm", "numSteps", "eagleTopk", "numDraftTokens"}
+def test_should_ship_filled_monitoring_when_installing_with_defaults() -> None:
+    """A default install ships the ServiceMonitor, the alert rules and one ConfigMap per dashboard,
+    with every threshold placeholder filled and the labels and runbook links the values give."""
+    docs = chart_tool.render_docs({})
+    monitoring = chart_tool.merged_values({})["monitoring"]
+    (rule,) = chart_tool.find(docs, "PrometheusRule")
+    assert chart_tool.find(docs, "ServiceMonitor")
+    boards = [d for d in chart_tool.find(docs, "ConfigMap") if "grafana_dashboard" in json.dumps(d)]
+    shipped = {p.name for p in (chart_tool.CHART_DIR / "files/dashboards").glob("*.json")}
+    assert {name for board in boards for name in board["data"]} == shipped
+    for board in boards:
+        assert monitoring["dashboards"]["labels"].items() <= board["metadata"]["labels"].items()
+        for text in board["data"].values():
+            assert "${thresholds." not in text
+            json.loads(text)
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts and "${thresholds." not in json.dumps(rule)
+    for alert in alerts:
+        assert alert["annotations"]["runbook_url"].startswith(monitoring["runbookBaseUrl"])
 
 
 def test_should_list_every_bad_value_once_when_several_are_wrong() -> None:
@@ -279,17 +281,13 @@ def test_should_list_every_bad_value_once_when_several_are_wrong() -> None:
         assert sum(fragment in line for line in lines) == 1, fragment
 
 
-def test_should_check_values_in_one_template_when_rendering(repo: Any) -> None:
-    """The checks run from templates/validate.yaml, not from inside the labels helper."""
-    helpers = (repo / "helm/qwen-npu/templates/_helpers.tpl").read_text()
-    labels = helpers.split('define "qwen-npu.labels"', 1)[1].split("{{- end }}", 1)[0]
-    assert "valueProblems" not in labels and "validate" not in labels
-    callers = [
-        path.name
-        for path in (repo / "helm/qwen-npu/templates").rglob("*")
-        if path.is_file() and 'include "qwen-npu.valueProblems"' in path.read_text()
-    ]
-    assert callers == ["validate.yaml"]
-    # Good values render the check to nothing: no empty document reaches the cluster.
+def test_should_check_values_once_in_validate_yaml_when_rendering() -> None:
+    """The checks run once, from templates/validate.yaml (not from a helper every object includes):
+    the failure points there and lists the problems once; good values render it to nothing."""
+    with pytest.raises(helm.HelmRenderError) as caught:
+        chart_tool.render({"engine": {"tpSize": 3}, "model": {"pvc": {"claimName": ""}}})
+    message = str(caught.value)
+    assert "(qwen-npu/templates/validate.yaml:" in message
+    assert message.count("bad value(s)") == 1 and message.count("model.pvc.claimName") == 1
     rendered = chart_tool.render({})
     assert rendered["qwen-npu/templates/validate.yaml"].strip() == ""

@@ -20,3 +20,14 @@ def rendered_scenarios(
 ) -> dict[str, list[dict[str, Any]]]:
     """Scenario name -> the Kubernetes objects it renders."""
     return {name: chart_tool.render_docs(values) for name, values in scenario_values.items()}
+
+
+def render_error(values: dict[str, Any]) -> str:
+    """The message of a render that must fail (a bad value, a schema violation)."""
+    import helm_python as helm
+
+    from tools import chart as chart_tool
+
+    with pytest.raises((helm.HelmRenderError, helm.HelmValuesError)) as caught:
+        chart_tool.render(values)
+    return str(caught.value)

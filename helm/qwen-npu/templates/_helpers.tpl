@@ -121,6 +121,9 @@ appVersion. tagSuffix picks a chip build of the same version (the A3 engine imag
 {{- with (.root.Values.global).imageRegistry }}
 {{- $repository = printf "%s/%s" (trimSuffix "/" .) (base $repository) }}
 {{- end }}
+{{- $digest := get (default dict .image.digests) $tag }}
+{{- printf "%s:%s%s" $repository $tag (ternary (printf "@%s" $digest) "" (ne $digest "")) }}
+{{- end }}
 
 {{/* The checkpoint directory as the containers see it. */}}
 {{- define "qwen-npu.modelDir" -}}
@@ -565,4 +568,13 @@ router's `--help`.
 {{- range $r.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* A generated PromQL query with its ${...} placeholders filled: (dict "query" q "fill" map). */}}
+{{- define "qwen-npu.fillQuery" -}}
+{{- $q := .query }}
+{{- range $placeholder, $value := .fill }}
+{{- $q = replace $placeholder (toString $value) $q }}
+{{- end }}
+{{- $q }}
 {{- end }}

@@ -89,10 +89,23 @@ abbreviated, since argparse accepts any unique prefix, or written `--flag=value`
 {{- if not $v.model.path }}
 {{- $p = append $p "model.path is empty: set the checkpoint directory inside the model volume" }}
 {{- end }}
-{{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
+{{- $keda := $v.autoscaling.keda }}
+{{- if and $v.autoscaling.enabled $keda.enabled }}
+{{- $p = append $p "autoscaling.enabled and autoscaling.keda.enabled are both set: KEDA makes its own HPA and two autoscalers would fight over the replicas; keep one (autoscaling.keda needs no metrics adapter)" }}
+{{- end }}
+{{- if and $keda.enabled (not $keda.serverAddress) }}
+{{- $p = append $p "autoscaling.keda.serverAddress is empty: KEDA queries Prometheus itself; set the Prometheus base URL it can reach, e.g. http://prometheus-operated.monitoring.svc:9090" }}
+{{- end }}
+{{- if and $keda.enabled $keda.ttft.enabled (le (float64 $keda.ttft.sloSeconds) 0.0) }}
+{{- $p = append $p "autoscaling.keda.ttft.enabled without autoscaling.keda.ttft.sloSeconds: set the TTFT p90 objective in seconds (e.g. 2), or turn the TTFT trigger off" }}
+{{- end }}
+{{- if and (or $v.autoscaling.enabled $keda.enabled) (lt (int $v.autoscaling.minReplicas) 1) }}
+{{- $p = append $p (printf "autoscaling.minReplicas is %d: scale to zero is not supported (with no engine there is no sglang:num_queue_reqs to wake on, requests fail instead of queueing, and a cold start takes engine.startupBudgetSeconds = %d s); set autoscaling.minReplicas >= 1 (docs/chart.md \"Scale to zero\")" (int $v.autoscaling.minReplicas) (int $v.engine.startupBudgetSeconds)) }}
+{{- end }}
+{{- if and (or $v.autoscaling.enabled $keda.enabled) (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- $p = append $p (printf "autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d): lower minReplicas or raise maxReplicas" (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- end }}
-{{- if and $v.router.enabled (eq (int $v.replicas) 0) (not $v.autoscaling.enabled) }}
+{{- if and $v.router.enabled (eq (int $v.replicas) 0) (not (or $v.autoscaling.enabled $keda.enabled)) }}
 {{- $p = append $p "router.enabled with replicas 0: the router would have no engine; set replicas >= 1" }}
 {{- end }}
 {{- range $line := list

@@ -51,7 +51,8 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
 	@touch $@
 	@echo ">> $(VENV) ready"
 
-test: $(STAMP) $(TEST_DEPS) ## run every test (what CI runs)
+# ruff and mypy run as `make lint`, before the tests (not inside pytest: test-fast stays quick).
+test: $(STAMP) $(TEST_DEPS) lint ## run every test and the linters (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The edit-test loop: no slow test, none that needs SGLang's wheel or a system tool. `make test`

@@ -36,7 +36,14 @@ STANDIN_MIRROR ?= http://deb.debian.org/debian
 HOST_CA_BUNDLE ?= $(or $(PIP_CERT),$(shell $(BIN)/python -m pip config get global.cert 2>/dev/null),/etc/ssl/certs/ca-certificates.crt)
 
 ENGINE_CPU_IMAGE := $(REGISTRY)/engine:$(ENGINE_TAG)-cpu-standin
-ENGINE_CPU_WHEELHOUSE := .venv-wheels/engine-cpu
+# The Python of the cpu flavour's torch + SGLang stack: the test environment's, the one the CPU torch
+# wheel this machine's pip reaches is built for. Where a CPU torch wheel for the engine's Python is
+# reachable (the PyTorch CPU index or a mirror of it), ENGINE_CPU_STACK_PYTHON=$(ENGINE_PYTHON_VERSION)
+# builds the whole stand-in on it (its own wheelhouse, fetched with --python-version).
+ENGINE_CPU_STACK_PYTHON ?= $(TEST_PYTHON_VERSION)
+ENGINE_CPU_OTHER_PYTHON := $(filter-out $(TEST_PYTHON_VERSION),$(ENGINE_CPU_STACK_PYTHON))
+ENGINE_CPU_WHEELHOUSE := .venv-wheels/engine-cpu$(if $(ENGINE_CPU_OTHER_PYTHON),-py$(ENGINE_CPU_OTHER_PYTHON))
+ENGINE_CPU_PIP_TARGET := $(if $(ENGINE_CPU_OTHER_PYTHON),--python-version $(ENGINE_CPU_OTHER_PYTHON))
 
 .PHONY: tools-podman image-standin-base image-standin-engine-base image-test image-test-build image-engine-cpu engine-cpu-wheelhouse image-refs
 
@@ -110,9 +117,9 @@ engine-cpu-wheelhouse: $(ENGINE_CPU_WHEELHOUSE)/.complete
 $(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.env | $(STAMP)
 	@echo ">> downloading the engine cpu flavour's wheels into $(ENGINE_CPU_WHEELHOUSE) (once)"
 	@mkdir -p $(ENGINE_CPU_WHEELHOUSE)
-	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: \
+	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: $(ENGINE_CPU_PIP_TARGET) \
 		torch==$(TEST_TORCH_VERSION) -r requirements/sglang-cpu.txt $(QUIET_PIP)
-	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: --no-deps \
+	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: --no-deps $(ENGINE_CPU_PIP_TARGET) \
 		sglang==$(SGLANG_VERSION) $(QUIET_PIP)
 	@ls $(ENGINE_CPU_WHEELHOUSE) | grep -q '^torch-$(TEST_TORCH_VERSION)+cpu-' && ! ls $(ENGINE_CPU_WHEELHOUSE) | grep -q '^nvidia' \
 		|| { echo "make $@: $(ENGINE_CPU_WHEELHOUSE) holds no CPU torch $(TEST_TORCH_VERSION) wheel (or a CUDA one): give pip a CPU torch (find-links or the PyTorch CPU index)"; exit 1; }
@@ -122,7 +129,7 @@ $(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.
 # Its base is the engine's Python; its torch + SGLang stack runs TEST_PYTHON_VERSION, the one CPU
 # torch wheel pip reaches here (PyPI's x86_64 torch is the CUDA build and the PyTorch CPU index is not
 # reachable): the build check then also runs on the engine's Python (docs/images.md).
-ENGINE_CPU_BUILD_ARGS = $(subst TINI_APT_VERSION=$(TINI_APT_VERSION),TINI_APT_VERSION=$(STANDIN_TINI_APT_VERSION),$(ENGINE_BUILD_ARGS)) \
+ENGINE_CPU_BUILD_ARGS = $(subst TEST_PYTHON_VERSION=$(TEST_PYTHON_VERSION),TEST_PYTHON_VERSION=$(ENGINE_CPU_STACK_PYTHON),$(subst TINI_APT_VERSION=$(TINI_APT_VERSION),TINI_APT_VERSION=$(STANDIN_TINI_APT_VERSION),$(ENGINE_BUILD_ARGS))) \
 	--build-arg ENGINE_FLAVOUR=cpu --build-context wheels=$(ENGINE_CPU_WHEELHOUSE)
 
 image-engine-cpu: image-standin-engine-base engine-cpu-wheelhouse ## build the engine Dockerfile's cpu flavour with podman (ends with patches verify --build --strict)

@@ -1,7 +1,9 @@
-"""The one command line, ``qwen-npu <verb>``.
+"""The one command line, ``qwen-npu <verb>``, and the one list of its verbs (``VERBS``).
 
 Each verb lives in the part that owns it; this module only dispatches, importing the verb's module
 lazily so that ``qwen-npu preflight`` in the engine image never imports the sidecar's libraries.
+A message that tells the user to run ``qwen-npu <verb>`` may only name a verb of ``VERBS``
+(tests/test_cli.py walks every such message in the code against it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ VERBS: dict[str, tuple[str, str]] = {
     "sidecar": ("qwen_npu.serve.sidecar.cli", "run the health and metrics sidecar"),
     "fetch": ("qwen_npu.fetch.cli", "fetch a checkpoint from ModelScope, Hugging Face, OBS or S3"),
     "bench": ("qwen_npu.loadtest.cli", "run the load test and print the table"),
+    "bench-compare": ("qwen_npu.loadtest.compare", "the same load against two endpoints, A/B"),
+    "mtp-tune": ("qwen_npu.loadtest.tune", "which MTP setting per concurrency band"),
+    "oncall": (
+        "qwen_npu.oncall.cli",
+        "on-call switches: status, mtp-off/on, patch-off/on, rollback",
+    ),
     "dashboards": ("qwen_npu.serve.observability.cli", "generate dashboards and alert rules"),
 }
 

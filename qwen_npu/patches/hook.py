@@ -5,9 +5,9 @@ scheduler processes SGLang starts with ``multiprocessing`` spawn, which share no
 launcher but the interpreter's start-up. ``qwen_npu_patches.pth`` (installed in site-packages)
 imports this module at start-up; it puts one finder at the front of ``sys.meta_path`` that ignores
 every import except the few target modules named in ``TRIGGERS``. When one of those finishes
-executing, every patch whose trigger modules are now all loaded is imported and applied. Nothing of
-qwen-npu or SGLang is imported before SGLang itself imports the target, so ``python -c pass`` pays
-for this module only (standard library: ``sys`` and ``os``, already loaded at start-up).
+executing, every patch whose trigger modules are now all loaded is imported and applied. Nothing
+of qwen-npu or SGLang is imported before SGLang itself imports the target, so ``python -c pass``
+pays for this module only (standard library: ``sys`` and ``os``, already loaded at start-up).
 
 Switches: ``QWEN_NPU_PATCHES_HOOK=0`` keeps the finder out (nothing is patched; a debugging aid);
 ``QWEN_NPU_DISABLE_PATCHES`` (see ``core``) records single patches as ``disabled``.

@@ -1,8 +1,9 @@
 """Recording stand-ins for `helm` and `kubectl`, put first on PATH by the on-call tests.
 
 Why it exists: no cluster runs here, so the tests check the exact command lines the make targets
-build. Each call is appended to a JSON-lines log; `helm get values` answers from a file and any
-command can be told to fail. With ONCALL_EXEC_LOCAL=1, `kubectl exec POD -c C -- CMD...` runs CMD
+build. Each call is appended to a JSON-lines log; `helm get values` answers from a file, `helm get
+manifest <release>` with the chart rendered for that release (`manifest`), and any command can be
+told to fail. With ONCALL_EXEC_LOCAL=1, `kubectl exec POD -c C -- CMD...` runs CMD
 on this machine (the sidecar's readiness check, against a real sidecar on 127.0.0.1).
 """
 
@@ -13,7 +14,9 @@ import os
 import shlex
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 # The interpreter behind this venv, started without site: a stand-in call costs milliseconds
 # (a pyenv shim or the venv's .pth hooks would cost a few hundred).
@@ -33,6 +36,12 @@ if fail and fail in name + " " + words:
 if name == "helm" and args[:2] == ["get", "values"]:
     path = os.environ.get("HELM_VALUES_FILE", "")
     sys.stdout.write(open(path).read() if path else "{}\\n")
+elif name == "helm" and args[:2] == ["get", "manifest"]:
+    path = os.path.join(os.environ["HELM_MANIFEST_DIR"], args[2] + ".yaml")
+    if not os.path.exists(path):
+        print("Error: release: not found", file=sys.stderr)
+        sys.exit(1)
+    sys.stdout.write(open(path).read())
 elif name == "kubectl" and "get" in args and "pod" in args and "jsonpath" in words:
     sys.stdout.write(os.environ.get("ONCALL_POD", "qwen-npu-engine-7d9f-abcde"))
 elif name == "kubectl" and "exec" in args and os.environ.get("ONCALL_EXEC_LOCAL") == "1":
@@ -43,17 +52,43 @@ elif name == "kubectl" and "exec" in args and os.environ.get("ONCALL_EXEC_LOCAL"
 """
 
 
-def install(directory: Path) -> dict[str, str]:
-    """Write `helm` and `kubectl` into directory; return the environment that uses them."""
+@cache
+def _manifest(release: str, values_json: str) -> str:
+    from tools import chart
+
+    rendered = chart.render(json.loads(values_json), name=release)
+    return "".join(
+        f"---\n# Source: {path}\n{text.strip()}\n"
+        for path, text in sorted(rendered.items())
+        if text.strip() and not path.endswith("NOTES.txt")
+    )
+
+
+def manifest(release: str, values: dict[str, Any] | None = None) -> str:
+    """What `helm get manifest <release>` prints for the chart rendered with `values`."""
+    return _manifest(release, json.dumps(values or {}, sort_keys=True))
+
+
+def install(directory: Path, releases: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
+    """Write `helm` and `kubectl` into directory; return the environment that uses them.
+
+    `releases`: release name -> chart values whose render `helm get manifest` answers (default:
+    release qwen-npu with the chart's defaults).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("helm", "kubectl"):
         path = directory / name
         path.write_text(STAND_IN.replace("{python}", PYTHON, 1))
         path.chmod(0o755)
+    manifests = directory / "manifests"
+    manifests.mkdir(exist_ok=True)
+    for release, values in (releases or {"qwen-npu": {}}).items():
+        (manifests / f"{release}.yaml").write_text(manifest(release, values))
     return {
         "PATH": f"{directory}:{os.environ['PATH']}",
         "ONCALL_LOG": str(directory / "calls.jsonl"),
         "ONCALL_PYTHON": PYTHON,
+        "HELM_MANIFEST_DIR": str(manifests),
     }
 
 

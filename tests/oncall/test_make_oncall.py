@@ -1,6 +1,7 @@
-"""The kill-switch targets build the right helm and kubectl command lines (recording stand-ins for
-both first on PATH), print each command they run, wait for the rollout and the sidecar, refuse
-bad input before touching the cluster, and fail when a step fails."""
+"""The kill-switch targets (mk/oncall.mk -> qwen-npu oncall) build the right helm and kubectl
+command lines (recording stand-ins for both first on PATH), print each command they run, find the
+engine's name and kind in the release's manifest, wait for the rollout and the sidecar, refuse bad
+input before touching the cluster, and fail when a step fails."""
 
 from __future__ import annotations
 
@@ -9,9 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from qwen_npu.patches.registry import PATCHES as REGISTRY
+from tools import chart as chart_tool
+
 from .stand_ins import calls, install, make, printed
 
-PATCHES = ["modelslim-moe-unquant-fallback", "mtp-modelslim-unquant", "mamba-scatter-ub-aware"]
+PATCHES = [p.name for p in REGISTRY]
+MULTINODE = chart_tool.values_from(chart_tool.CI_DIR / "multinode-values.yaml")
+#: The releases the helm stand-in knows: name -> chart values of its manifest.
+RELEASES = {
+    "qwen-npu": {},
+    "prod": {},
+    "qwen-npu-canary": {},
+    "renamed": {"nameOverride": "llm"},
+    "pinned": {"fullnameOverride": "serving"},
+    "big": MULTINODE,
+}
 SERVING = (
     "app.kubernetes.io/instance={r},app.kubernetes.io/component=engine,qwen-npu.io/role=leader"
 )
@@ -19,16 +33,16 @@ SERVING = (
 
 @pytest.fixture()
 def env(tmp_path: Path) -> dict[str, str]:
-    return install(tmp_path / "bin")
+    return install(tmp_path / "bin", RELEASES)
 
 
 def wait_calls(
     release: str = "qwen-npu", namespace: str = "default", deployment: str | None = None
 ) -> list[list[str]]:
-    """The waiting steps every kill switch ends with."""
+    """The waiting steps every kill switch ends with: the release's manifest names the engine."""
     ns = ["kubectl", "--namespace", namespace]
     serving = SERVING.format(r=release)
-    steps = []
+    steps = [["helm", "get", "manifest", release, "--namespace", namespace]]
     if deployment is not None:
         steps.append([*ns, "rollout", "status", f"deployment/{deployment}", "--timeout=35m"])
     steps += [
@@ -67,11 +81,11 @@ def test_mtp_off_upgrades_with_reuse_values_then_waits(repo: Path, env: dict[str
         "--set",
         "mtp.enabled=false",
     ]
-    assert seen[1:4] == wait_calls(deployment="qwen-npu-engine")
-    exec_readyz(seen[4])
-    assert len(seen) == 5
+    assert seen[1:5] == wait_calls(deployment="qwen-npu-engine")
+    exec_readyz(seen[5])
+    assert len(seen) == 6
     # Every command that changes or waits was printed, exactly as run.
-    assert printed(done) == [seen[0], seen[1], seen[2], seen[4]]
+    assert printed(done) == [seen[0], seen[2], seen[3], seen[5]]
     assert done.stdout.rstrip().endswith(
         "mtp-off: done, release qwen-npu in default is ready (make status for details)"
     )
@@ -93,8 +107,8 @@ def test_mtp_on_with_release_and_namespace(repo: Path, env: dict[str, str]) -> N
         "mtp.enabled=true",
     ]
     # The chart's fullname rule: "prod" lacks the chart name -> Deployment prod-qwen-npu-engine.
-    assert seen[1:4] == wait_calls("prod", "llm", deployment="prod-qwen-npu-engine")
-    exec_readyz(seen[4], "llm")
+    assert seen[1:5] == wait_calls("prod", "llm", deployment="prod-qwen-npu-engine")
+    exec_readyz(seen[5], "llm")
 
 
 def test_a_release_named_after_the_chart_keeps_its_name(repo: Path, env: dict[str, str]) -> None:
@@ -106,14 +120,48 @@ def test_a_release_named_after_the_chart_keeps_its_name(repo: Path, env: dict[st
     )
     seen = calls(env)
     assert seen[0][2:4] == ["qwen-npu-canary", "/charts/qwen-npu-0.1.0.tgz"]
-    assert seen[1][4:6] == ["status", "deployment/qwen-npu-canary-engine"]
+    assert seen[2][4:6] == ["status", "deployment/qwen-npu-canary-engine"]
 
 
-def test_leaderworkerset_engines_wait_on_pods(repo: Path, env: dict[str, str]) -> None:
-    assert make(repo, env, "mtp-off", "ENGINE_KIND=leaderworkerset").returncode == 0
+@pytest.mark.parametrize(
+    ("release", "deployment"), [("renamed", "renamed-llm-engine"), ("pinned", "serving-engine")]
+)
+def test_name_overrides_are_read_from_the_release(
+    repo: Path, env: dict[str, str], release: str, deployment: str
+) -> None:
+    done = make(repo, env, "mtp-off", f"RELEASE={release}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls(env)[1:5] == wait_calls(release, deployment=deployment)
+
+
+def test_leaderworkerset_engines_are_found_and_wait_on_pods(
+    repo: Path, env: dict[str, str]
+) -> None:
+    done = make(repo, env, "mtp-off", "RELEASE=big")
+    assert done.returncode == 0, done.stdout + done.stderr
     seen = calls(env)
     assert not any("rollout" in c for c in seen)
-    assert seen[1:3] == wait_calls()
+    assert seen[1:4] == wait_calls("big")
+    assert "deprecated" not in done.stderr
+
+
+def test_engine_kind_still_works_with_a_deprecation(repo: Path, env: dict[str, str]) -> None:
+    done = make(repo, env, "mtp-off", "ENGINE_KIND=leaderworkerset")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any("rollout" in c for c in calls(env))
+    assert "make mtp-off: ENGINE_KIND is deprecated" in done.stderr
+
+
+def test_a_release_without_an_engine_workload_says_so(
+    repo: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    (Path(env["HELM_MANIFEST_DIR"]) / "empty.yaml").write_text("---\nkind: ConfigMap\n")
+    done = make(repo, env, "mtp-off", "RELEASE=empty")
+    assert done.returncode != 0
+    assert done.stdout.splitlines()[-1] == (
+        "mtp-off: the manifest of release empty has no engine Deployment or LeaderWorkerSet; "
+        "next: make status"
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,7 +228,7 @@ def test_patch_switches_edit_the_disabled_list(
     assert upgrade[7] == "--set-json" and upgrade[8].startswith("patches.disabled=")
     assert json.loads(upgrade[8].split("=", 1)[1]) == expected
     assert len(upgrade) == 9
-    assert seen[2:5] == wait_calls(namespace="llm", deployment="qwen-npu-engine")
+    assert seen[2:6] == wait_calls(namespace="llm", deployment="qwen-npu-engine")
     assert printed(done)[0] == upgrade
 
 
@@ -222,8 +270,8 @@ def test_rollback_to_the_previous_revision_then_health(repo: Path, env: dict[str
     seen = calls(env)
     assert seen[0] == ["helm", "history", "qwen-npu", "--namespace", "default", "--max", "10"]
     assert seen[1] == ["helm", "rollback", "qwen-npu", "--namespace", "default"]
-    assert seen[2:5] == wait_calls(deployment="qwen-npu-engine")
-    exec_readyz(seen[5])
+    assert seen[2:6] == wait_calls(deployment="qwen-npu-engine")
+    exec_readyz(seen[6])
 
 
 def test_rollback_to_a_revision(repo: Path, env: dict[str, str]) -> None:
@@ -331,3 +379,16 @@ def test_values_that_are_not_json_stop_patch_off_without_a_traceback(
     assert done.stderr.splitlines()[0].startswith("helm get values did not print JSON: ")
     assert done.stdout.splitlines()[-1].startswith("patch-off: cannot read the release's values")
     assert not any(c[:2] == ["helm", "upgrade"] for c in calls(env))
+
+
+@pytest.mark.parametrize(
+    ("release", "ref"),
+    [("qwen-npu", "deployment/qwen-npu-engine"), ("big", "leaderworkerset/big-qwen-npu-engine")],
+)
+def test_engine_ref_prints_the_workload_for_the_runbook(
+    repo: Path, env: dict[str, str], release: str, ref: str
+) -> None:
+    done = make(repo, env, "-s", "engine-ref", f"RELEASE={release}", "NAMESPACE=llm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == ref + "\n"
+    assert calls(env) == [["helm", "get", "manifest", release, "--namespace", "llm"]]

@@ -1,0 +1,391 @@
+"""``qwen-npu oncall <switch>``: status, mtp-off, mtp-on, patch-off, patch-on, rollback, engine.
+
+Each switch prints every command that changes or waits (``+ helm ...``, ready to paste), runs it,
+and stops at the first failure with one line naming what failed and the next step. A switch is
+``helm upgrade --reuse-values --set ...`` (one new helm revision that a rollback undoes), then the
+wait: the engine's rollout (a Deployment; a LeaderWorkerSet waits on its pods), the serving pods'
+readiness and the sidecar's /readyz, asked from inside the sidecar container (its image has
+Python, no curl). ``make <switch>`` (mk/oncall.mk) runs this with ``--via make``: the messages
+then name make targets and variables. ``engine`` prints the engine's workload as kubectl names
+it (``deployment/<name>``), read from the release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.oncall import release as rel
+
+PROG = "qwen-npu oncall"
+SWITCHES = ("status", "mtp-off", "mtp-on", "patch-off", "patch-on", "rollback", "engine")
+
+
+class Stop(Exception):
+    """A step failed: ``message`` is the one line to print, ``code`` the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def http_probe(url: str, label: str) -> str:
+    """Python for ``python3 -c`` in a container: GET ``url``, print ``<label> <code> <body>``, exit
+    non-zero unless 200; one line and no traceback when nothing answers (code 0)."""
+    return (
+        "import sys, urllib.request as u; "
+        f"sys.excepthook = lambda t, v, b: print({label!r}, 0, v); "
+        "H = type('H', (u.HTTPErrorProcessor,), {'http_response': lambda s, q, r: r}); "
+        f"r = u.build_opener(H).open({url!r}, timeout=10); c = r.status; "
+        f"print({label!r}, c, r.read().decode()); sys.exit(c != 200)"
+    )
+
+
+def router_workers_probe(url: str) -> str:
+    """Python for the router container: its workers from GET /workers, one line each (url,
+    healthy, load), then the totals; non-zero when there is none or one is unhealthy."""
+    return (
+        "import json, sys, urllib.request as u; "
+        f"U = {url!r}; sys.excepthook = lambda t, v, b: print(U, v); "
+        "w = json.load(u.urlopen(U, timeout=10)).get('workers', []); "
+        "[print('router worker', x.get('url'), 'healthy=' + str(x.get('is_healthy')).lower(), "
+        "'load=' + str(x.get('load'))) for x in w]; "
+        "bad = [x for x in w if not x.get('is_healthy')]; "
+        "print('router workers:', len(w), 'healthy:', len(w) - len(bad)); "
+        "sys.exit(1 if bad or not w else 0)"
+    )
+
+
+@dataclass
+class OnCall:
+    """One switch's settings and the helpers every switch shares."""
+
+    switch: str
+    release: str
+    namespace: str
+    chart: str
+    helm: list[str]
+    kubectl: list[str]
+    timeout: str
+    values_mode: str
+    sidecar_port: int
+    router_port: int
+    engine_kind: str | None
+    via_make: bool
+
+    # -- naming: make targets and variables under make, the CLI's verbs otherwise ---------------
+
+    @property
+    def prog(self) -> str:
+        return f"make {self.switch}" if self.via_make else f"{PROG} {self.switch}"
+
+    def cmd(self, switch: str) -> str:
+        return f"make {switch}" if self.via_make else f"{PROG} {switch}"
+
+    def var(self, make_name: str, flag: str) -> str:
+        return make_name if self.via_make else flag
+
+    def say(self, text: str) -> None:
+        print(f"{self.switch}: {text}", flush=True)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    @property
+    def kns(self) -> list[str]:
+        return [*self.kubectl, "--namespace", self.namespace]
+
+    def need_tools(self) -> None:
+        """helm and kubectl first, so a machine without them gets one line, not a half switch."""
+        tools = (("helm", self.helm, "HELM"), ("kubectl", self.kubectl, "KUBECTL"))
+        for tool, words, make_name in tools:
+            if not words or shutil.which(words[0]) is None:
+                var = self.var(make_name, f"--{tool}")
+                given = " ".join(words)
+                raise Stop(
+                    f"{self.prog}: {var}={given} is not found or not executable; install {tool} "
+                    f"or set {var}=/path/to/{tool} (docs/runbook.md)",
+                    127,
+                )
+
+    def run(self, argv: list[str], fail: str) -> None:
+        """Print ``+ argv`` and run it (output straight through); ``fail`` when it fails."""
+        print("+ " + shlex.join(argv), flush=True)
+        if subprocess.run(argv).returncode != 0:
+            raise Stop(f"{self.switch}: {fail}")
+
+    def read(self, argv: list[str]) -> str | None:
+        """Run a read-only command quietly; its stdout, or None when it fails (stderr shown)."""
+        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
+        return done.stdout if done.returncode == 0 else None
+
+    def first_pod(self, selector: str) -> str:
+        out = self.read(
+            [*self.kns, "get", "pod", "--selector", selector, "-o",
+             "jsonpath={.items[0].metadata.name}"]
+        )  # fmt: skip
+        return (out or "").strip()
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def upgrade(self, *set_args: str) -> None:
+        self.run(
+            [*self.helm, "upgrade", self.release, self.chart, "--namespace", self.namespace,
+             self.values_mode, *set_args],
+            f"helm upgrade failed (its error is above); next: {self.cmd('status')}",
+        )  # fmt: skip
+
+    def history(self) -> None:
+        release, ns = self.var("RELEASE=", "--release"), self.var("NAMESPACE=", "--namespace")
+        self.run(
+            [*self.helm, "history", self.release, "--namespace", self.namespace, "--max", "10"],
+            f"helm cannot read release {self.release} in {self.namespace} (its error is above); "
+            f"next: check {release}, {ns} and kubectl config current-context",
+        )
+
+    def engine(self) -> rel.Workload:
+        """The engine's workload, from the release's manifest (``--engine-kind``: its kind)."""
+        manifest = self.read(
+            [*self.helm, "get", "manifest", self.release, "--namespace", self.namespace]
+        )
+        if manifest is None:
+            raise Stop(
+                f"{self.switch}: helm get manifest {self.release} failed (its error is above); "
+                f"next: {self.cmd('status')}"
+            )
+        found = rel.engine_workload(manifest)
+        if found is None:
+            raise Stop(
+                f"{self.switch}: the manifest of release {self.release} has no engine Deployment "
+                f"or LeaderWorkerSet; next: {self.cmd('status')}"
+            )
+        if self.engine_kind:
+            kind = {k.lower(): k for k in rel.ENGINE_KINDS}.get(self.engine_kind.lower())
+            if kind is None:
+                raise Stop(
+                    f"{self.prog}: ENGINE_KIND={self.engine_kind}: use deployment or "
+                    "leaderworkerset, or leave it unset (found from the release)",
+                    2,
+                )
+            found = rel.Workload(kind, found.name, found.component)
+        return found
+
+    def wait(self) -> None:
+        """Rollout, pod readiness, the sidecar's /readyz; the next step when one does not come."""
+        engine_sel = rel.engine_selector(self.release)
+        serving = rel.serving_selector(self.release)
+        status = self.cmd("status")
+        workload = self.engine()
+        if workload.kind == "Deployment":
+            # `kubectl rollout status` knows Deployments only: a LeaderWorkerSet waits on its pods.
+            self.run(
+                [*self.kns, "rollout", "status", workload.ref, f"--timeout={self.timeout}"],
+                f"the rollout did not finish; next: {status}, then "
+                f"{shlex.join(self.kns)} describe pod --selector {engine_sel}",
+            )
+        self.run(
+            [*self.kns, "wait", "--for=condition=Ready", "pod", "--selector", serving,
+             f"--timeout={self.timeout}"],
+            f"engine pods not Ready; next: {status}, then "
+            f"{shlex.join(self.kns)} logs --selector {engine_sel} -c engine --tail 100",
+        )  # fmt: skip
+        pod = self.first_pod(serving)
+        if not pod:
+            raise Stop(f"{self.switch}: no serving engine pod found; next: {status}")
+        self.run(
+            [*self.kns, "exec", pod, "-c", "sidecar", "--", "python3", "-c",
+             http_probe(f"http://127.0.0.1:{self.sidecar_port}/readyz", "/readyz")],
+            f"the sidecar's /readyz says not ready; next: {status} (its /status says why)",
+        )  # fmt: skip
+        self.say(
+            f"done, release {self.release} in {self.namespace} is ready ({status} for details)"
+        )
+
+    def disabled_after(self, op: str, patch: str) -> list[str]:
+        """The release's patches.disabled with ``patch`` added (``add``) or removed."""
+        cannot = (
+            f"{self.switch}: cannot read the release's values (helm get values {self.release} "
+            f"--namespace {self.namespace}); next: {self.cmd('status')}"
+        )
+        out = self.read(
+            [*self.helm, "get", "values", self.release, "--namespace", self.namespace,
+             "--output", "json"]
+        )  # fmt: skip
+        if out is None:
+            raise Stop(cannot)
+        try:
+            values = json.loads(out) or {}
+        except ValueError as exc:
+            print(f"helm get values did not print JSON: {exc}", file=sys.stderr)
+            raise Stop(cannot) from None
+        current = list((values.get("patches") or {}).get("disabled") or [])
+        if op == "add":
+            return current if patch in current else [*current, patch]
+        return [p for p in current if p != patch]
+
+    # -- the switches -----------------------------------------------------------------------------
+
+    def mtp(self, enabled: bool) -> None:
+        self.need_tools()
+        self.upgrade("--set", f"mtp.enabled={'true' if enabled else 'false'}")
+        self.wait()
+
+    def patch(self, op: str, name: str) -> None:
+        from qwen_npu.patches.registry import PATCHES
+
+        names = [p.name for p in PATCHES]
+        var = self.var("PATCH", "--patch")
+        if not name:
+            raise Stop(f"{self.prog}: set {var}=<name>, one of: {' '.join(names)}", 2)
+        if name not in names:
+            raise Stop(
+                f"{self.prog}: unknown patch '{name}'; {var} must be one of: {' '.join(names)} "
+                "(qwen_npu/patches/registry.py)",
+                2,
+            )
+        self.need_tools()
+        disabled = self.disabled_after(op, name)
+        self.upgrade(
+            "--set-json", "patches.disabled=" + json.dumps(disabled, separators=(",", ":"))
+        )
+        self.wait()
+
+    def rollback(self, revision: str) -> None:
+        if revision and not revision.isdigit():
+            var = self.var("REVISION", "--revision")
+            raise Stop(
+                f"{self.prog}: {var}={revision} is not a revision number; "
+                f"see the REVISION column of: {self.cmd('status')}",
+                2,
+            )
+        self.need_tools()
+        self.history()
+        self.run(
+            [*self.helm, "rollback", self.release, *([revision] if revision else []),
+             "--namespace", self.namespace],
+            f"helm rollback failed (its error is above); next: {self.cmd('status')}",
+        )  # fmt: skip
+        self.wait()
+
+    def status(self) -> None:
+        """History, user values, pods, the sidecar's /status, the router's view of its workers."""
+        self.need_tools()
+        ns = self.namespace
+        self.history()
+        self.run(
+            [*self.helm, "get", "values", self.release, "--namespace", ns],
+            f"helm get values failed (its error is above); next: helm get values {self.release} "
+            f"--namespace {ns} --all",
+        )
+        self.run(
+            [*self.kns, "get", "pods", "--selector", f"app.kubernetes.io/instance={self.release}",
+             "--output", "wide"],
+            f"kubectl cannot list pods in {ns} (its error is above); next: kubectl auth can-i "
+            f"list pods --namespace {ns}",
+        )  # fmt: skip
+        pod = self.first_pod(rel.serving_selector(self.release))
+        if not pod:
+            raise Stop(
+                f"{self.switch}: no serving engine pod of release {self.release} in {ns}; next: "
+                f"kubectl --namespace {ns} get events --sort-by=.lastTimestamp"
+            )
+        self.run(
+            [*self.kns, "exec", pod, "-c", "sidecar", "--", "python3", "-c",
+             http_probe(f"http://127.0.0.1:{self.sidecar_port}/status", "/status")],
+            f"the sidecar of {pod} did not answer /status (its error is above); next: "
+            f"kubectl --namespace {ns} logs {pod} -c sidecar --tail=50",
+        )  # fmt: skip
+        router = self.first_pod(rel.router_selector(self.release))
+        if not router:
+            self.say(
+                f"no router pod in release {self.release} (router.enabled=false): clients reach "
+                "the engine Service directly"
+            )
+            return
+        self.run(
+            [*self.kns, "exec", router, "-c", "router", "--", "python3", "-c",
+             router_workers_probe(f"http://127.0.0.1:{self.router_port}/workers")],
+            f"the router {router} lists no worker or an unhealthy one (above); next: "
+            "docs/runbook.md#qwennpurouterworkerejected",
+        )  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("switch", choices=SWITCHES)
+    p.add_argument("--release", default="qwen-npu")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--chart", default="helm/qwen-npu", help="the chart of the deployed revision")
+    p.add_argument("--helm", default="helm", help="helm command (may carry flags)")
+    p.add_argument("--kubectl", default="kubectl", help="kubectl command (may carry flags)")
+    p.add_argument("--timeout", default="35m", help="rollout and readiness wait")
+    p.add_argument(
+        "--values-mode",
+        default="--reuse-values",
+        choices=["--reuse-values", "--reset-then-reuse-values"],
+        help="helm upgrade's values mode (--reset-then-reuse-values with a newer chart)",
+    )
+    p.add_argument("--sidecar-port", type=int, default=9400)
+    p.add_argument("--router-port", type=int, default=30000)
+    p.add_argument("--patch", default="", help="patch-off/patch-on: the runtime patch's name")
+    p.add_argument("--revision", default="", help="rollback: the revision (default: previous)")
+    p.add_argument(
+        "--engine-kind",
+        default="",
+        help="deprecated: the engine's kind is read from the release's manifest",
+    )
+    p.add_argument("--via", choices=["cli", "make"], default="cli", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    oc = OnCall(
+        switch=args.switch,
+        release=args.release,
+        namespace=args.namespace,
+        chart=args.chart,
+        helm=shlex.split(args.helm),
+        kubectl=shlex.split(args.kubectl),
+        timeout=args.timeout,
+        values_mode=args.values_mode,
+        sidecar_port=args.sidecar_port,
+        router_port=args.router_port,
+        engine_kind=args.engine_kind or None,
+        via_make=args.via == "make",
+    )
+    if oc.engine_kind:
+        var = oc.var("ENGINE_KIND", "--engine-kind")
+        print(
+            f"{oc.prog}: {var} is deprecated: the engine's kind is read from the release's "
+            "manifest; unset it",
+            file=sys.stderr,
+        )
+    try:
+        if args.switch == "status":
+            oc.status()
+        elif args.switch == "engine":
+            oc.need_tools()
+            print(oc.engine().ref)
+        elif args.switch in ("mtp-off", "mtp-on"):
+            oc.mtp(args.switch == "mtp-on")
+        elif args.switch in ("patch-off", "patch-on"):
+            oc.patch("add" if args.switch == "patch-off" else "remove", args.patch)
+        else:
+            oc.rollback(args.revision)
+    except Stop as stop:
+        if stop.message:
+            print(stop.message, flush=True)
+        return stop.code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -34,6 +34,7 @@ CHART_DIR = REPO / "helm" / "qwen-npu"
 PROFILES_DIR = CHART_DIR / "profiles"
 CI_DIR = CHART_DIR / "ci"
 CHIPS_DIR = CHART_DIR / "chips"
+CLOUDS_DIR = CHART_DIR / "clouds"
 CR_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 RELEASE = "qwen-npu"
 NAMESPACE = "llm"
@@ -102,10 +103,13 @@ def scenarios() -> dict[str, dict[str, Any]]:
         found[f"ci-{overlay.stem.removesuffix('-values')}"] = values_from(overlay)
     # The largest checkpoint (a LeaderWorkerSet) with the optional parts on.
     big = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml"
-    for part in ("router", "hpa", "apikey", "multinode", "guaranteed"):
+    for part in ("router", "hpa", "apikey", "multinode", "guaranteed", "fault-rescheduling"):
         found[f"397b-{part}"] = values_from(big, CI_DIR / f"{part}-values.yaml")
     mid = PROFILES_DIR / "qwen3.5-122b-a10b-w8a8.yaml"
     found["122b-a3"] = values_from(mid, CHIPS_DIR / "a3.yaml")
+    found["122b-cce"] = values_from(mid, CLOUDS_DIR / "cce.yaml")
+    a3 = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8-a3.yaml"
+    found["397b-a3-superpod"] = values_from(a3, extra={"scheduling": {"superPod": {"spBlock": 16}}})
     return found
 
 

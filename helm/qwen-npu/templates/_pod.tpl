@@ -28,11 +28,24 @@ metadata:
     {{- include "qwen-npu.podTemplateLabels" $root | nindent 4 }}
     app.kubernetes.io/component: engine
     qwen-npu.io/role: {{ ternary "worker" "leader" (eq $role "worker") }}
+    {{- with $v.scheduling.faultRescheduling }}
+    {{- if .enabled }}
+    {{- /* MindCluster's fault rescheduling reads these labels off the pod (docs/chart.md). */}}
+    fault-scheduling: {{ .mode | quote }}
+    fault-retry-times: {{ .retryTimes | toString | quote }}
+    pod-rescheduling: {{ ternary "on" "off" .podLevel | quote }}
+    ring-controller.atlas: ascend-910b
+    {{- end }}
+    {{- end }}
     {{- with $v.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   annotations:
     checksum/config: {{ include "qwen-npu.configChecksum" $root }}
+    {{- if gt (int $v.scheduling.superPod.spBlock) 0 }}
+    {{- /* Atlas A3 SuperPoD: place the group's NPUs inside blocks of this many chips. */}}
+    sp-block: {{ $v.scheduling.superPod.spBlock | toString | quote }}
+    {{- end }}
     {{- with $v.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

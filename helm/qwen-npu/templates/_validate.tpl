@@ -89,6 +89,13 @@ abbreviated, since argparse accepts any unique prefix, or written `--flag=value`
 {{- if not $v.model.path }}
 {{- $p = append $p "model.path is empty: set the checkpoint directory inside the model volume" }}
 {{- end }}
+{{- if and $v.scheduling.faultRescheduling.enabled (not $v.scheduling.volcano) }}
+{{- $p = append $p "scheduling.faultRescheduling.enabled without scheduling.volcano: MindCluster reschedules through its Volcano plugin; set scheduling.volcano=true (and install MindCluster), or turn fault rescheduling off" }}
+{{- end }}
+{{- $spBlock := int $v.scheduling.superPod.spBlock }}
+{{- if and (gt $spBlock 0) (ne (mod (int $v.engine.tpSize) $spBlock) 0) }}
+{{- $p = append $p (printf "scheduling.superPod.spBlock (%d) does not divide engine.tpSize (%d): a group's NPUs must fill whole SuperPoD blocks; pick a block size that divides the TP size" $spBlock (int $v.engine.tpSize)) }}
+{{- end }}
 {{- $keda := $v.autoscaling.keda }}
 {{- if and $v.autoscaling.enabled $keda.enabled }}
 {{- $p = append $p "autoscaling.enabled and autoscaling.keda.enabled are both set: KEDA makes its own HPA and two autoscalers would fight over the replicas; keep one (autoscaling.keda needs no metrics adapter)" }}

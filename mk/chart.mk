@@ -38,3 +38,8 @@ checkov: $(STAMP) $(CHECKOV_STAMP) chart ## checkov (--skip-download) on every r
 	$(CHECKOV_VENV)/bin/checkov --quiet --compact --skip-download --framework kubernetes -d $(CHART_OUT)
 
 TEST_DEPS += $(CHECKOV_STAMP)
+
+.PHONY: autoscaling
+autoscaling: $(STAMP) tools-prometheus ## KEDA's decisions on live signals: Prometheus + 2 simulators + the bench (out/perf/autoscaling.md)
+	$(BIN)/python -m tools.autoscaling
+PERF_TARGETS += autoscaling

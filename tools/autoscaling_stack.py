@@ -32,7 +32,8 @@ from qwen_npu.serve.sim.testing import running_sim
 from tools import chart
 from tools.autoscaling import PHASES, PROOF_VALUES, Hpa, Row, Scaler
 
-SIM = {"max_running_requests": 2, "ttft_ms": 50, "itl_ms": 5}
+MAX_RUNNING = 2
+SIM: dict[str, Any] = {"max_running_requests": MAX_RUNNING, "ttft_ms": 50, "itl_ms": 5}
 BENCH = ["--input-len", "32", "--output-len", "64", "--no-warmup", "--ramp-ms-per-user", "0"]
 #: The service and namespace the rendered queries select (tools/chart.py's release).
 SERVICE = f"{chart.RELEASE}-engine"
@@ -112,6 +113,23 @@ def _bench(
     return processes.start(cmd, log=work / f"bench-{tag}.log", new_session=True)
 
 
+def _wait_zero(prom: str, query: str, phase: str) -> None:
+    def drained() -> bool:
+        return not _query(prom, query)  # 0, or no series
+
+    processes.wait_until(drained, what=f"{phase}: {query} back to 0", timeout_s=120)
+
+
+def _next_scrape(prom: str, after: float, phase: str) -> float:
+    """Wait until both replicas were scraped after ``after``; the latest scrape time."""
+
+    def fresh() -> float:
+        times = _scrape_times(prom)
+        return max(times) if times and min(times) > after else 0.0
+
+    return processes.wait_until(fresh, what=f"{phase}: fresh scrapes")
+
+
 def run_proof(work: Path) -> tuple[list[Row], Scaler]:
     """Drive ``PHASES`` and return one row per KEDA poll, with the scaler the chart rendered."""
     work.mkdir(parents=True, exist_ok=True)
@@ -133,24 +151,17 @@ def run_proof(work: Path) -> tuple[list[Row], Scaler]:
                         _bench(work, url, conc, prompts, f"{index}-{i}")
                         for i, url in enumerate(urls)
                     ]
-                    if conc > SIM["max_running_requests"]:  # more users than slots: a queue
+                    if conc > MAX_RUNNING:  # more users than slots: a queue
                         processes.wait_until(
                             lambda: (_query(prom, queries["queue"]) or 0) > 0,
                             what=f"{phase}: the load queued",
                             timeout_s=120,
                         )
                 else:
-                    for name in queries:  # the queue and the TTFT window drained
-                        processes.wait_until(
-                            lambda n=name: not _query(prom, queries[n]),  # 0 or no series
-                            what=f"{phase}: {name} back to 0",
-                            timeout_s=120,
-                        )
+                    for query in queries.values():  # the queue and the TTFT window drained
+                        _wait_zero(prom, query, phase)
                 for _ in range(polls):
-                    polled = processes.wait_until(
-                        lambda p=polled: (s := _scrape_times(prom)) and min(s) > p and max(s),
-                        what=f"{phase}: fresh scrapes",
-                    )
+                    polled = _next_scrape(prom, polled, phase)
                     values = {name: _query(prom, q) for name, q in queries.items()}
                     now += scaler.polling_s
                     rows.append(Row(phase, conc, now, values, hpa.step(now, values)))

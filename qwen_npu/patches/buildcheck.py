@@ -127,7 +127,7 @@ def check_patch(info: PatchInfo, search: list[str] | None = None) -> dict[str, A
     if found is None:
         return row | {
             "state": "unchecked",
-            "detail": f"{info.module} declares no SOURCE_PINS for the build check",
+            "detail": f"{info.module} declares no PINS (core.Pin) for the build check",
         }
     pins, kernel = found
     seen: list[str] = []
@@ -231,5 +231,5 @@ NEXT_STEP = {
     "target-missing": (
         "check that SGLang (and sgl-kernel-npu) is installed in this environment, or pass --site"
     ),
-    "unchecked": "declare SOURCE_PINS (module, qualname, fingerprint) in the patch module",
+    "unchecked": "list the patch's core.Pin rows in its module's PINS (the drift guard's too)",
 }

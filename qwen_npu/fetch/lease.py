@@ -52,6 +52,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._stop = threading.Event()
+        self.lost = threading.Event()  # set when another fetch took the lock: stop writing
 
     def _body(self) -> bytes:
         expires = self.clock() + self.seconds
@@ -122,8 +123,9 @@ class Lease:
                     "error",
                     "lock_lost",
                     lock=self.path,
-                    next="another fetch took the lock (this one stalled past its lease)",
+                    next="another fetch took the lock (this one stalled past its lease): stopping",
                 )
+                self.lost.set()
                 return
             tmp.write_bytes(self._body())
             os.replace(tmp, self.path)

@@ -143,14 +143,17 @@ def fetch(source: Source, dest: Path, opts: Options, remote: Remote | None = Non
     remote = remote or make_remote(source, opts)
     store.home.mkdir(parents=True, exist_ok=True)
     try:
-        with Lease(store.lock, opts.lease_seconds, opts.lock_wait_seconds).held():
-            return _locked(store, source, remote, opts)
+        lease = Lease(store.lock, opts.lease_seconds, opts.lock_wait_seconds)
+        with lease.held():
+            return _locked(store, source, remote, opts, lease.lost)
     finally:
         with contextlib.suppress(OSError):  # nothing was written (bad input): leave no trace
             store.home.rmdir()
 
 
-def _locked(store: Store, source: Source, remote: Remote, opts: Options) -> Result:
+def _locked(
+    store: Store, source: Source, remote: Remote, opts: Options, stop: threading.Event
+) -> Result:
     """Resolve, then reuse a complete revision or transfer what is missing (under the lock)."""
     dest = store.dest
     listing = _retrying(f"{source}: resolving the revision", remote.resolve, opts.retry)
@@ -181,11 +184,16 @@ def _locked(store: Store, source: Source, remote: Remote, opts: Options) -> Resu
         for name, why in bad.items():  # damaged after it was fetched: fetch those files again
             log("warning", "damaged", file=name, why=why, next="fetching the file again")
             (rev.root / name).unlink(missing_ok=True)
-    return _transfer(store, rev, listing, remote, opts)
+    return _transfer(store, rev, listing, remote, opts, stop)
 
 
 def _transfer(
-    store: Store, rev: Revision, listing: Listing, remote: Remote, opts: Options
+    store: Store,
+    rev: Revision,
+    listing: Listing,
+    remote: Remote,
+    opts: Options,
+    stop: threading.Event,
 ) -> Result:
     rev.partial.mkdir(parents=True, exist_ok=True)
     (rev.meta / "complete").unlink(missing_ok=True)  # a re-check that failed: not complete now
@@ -208,7 +216,6 @@ def _transfer(
         store, listing.revision, listing.total_size, already + partial_bytes, opts.progress_seconds
     )
     progress.report("start")
-    stop = threading.Event()
     entries = list(done.values())
     with cf.ThreadPoolExecutor(max_workers=max(opts.jobs, 1), thread_name_prefix="fetch") as pool:
         futures = [
@@ -223,6 +230,8 @@ def _transfer(
             for fut in futures:
                 fut.cancel()
             raise
+    if stop.is_set():
+        raise FetchError(f"{store.lock}: another fetch took the lock; this one stopped writing")
     progress.report("downloaded")
     manifest = _manifest(listing, entries)
     rev.complete(manifest)

@@ -17,6 +17,8 @@ from qwen_npu.fetch.layout import Revision, Store
 from qwen_npu.fetch.log import log
 from qwen_npu.fetch.source import Source
 
+STALE_SECONDS = 300.0  # no progress written for this long: the fetch is not running
+
 
 def matches(marker: dict[str, object] | None, source: Source) -> bool:
     return (
@@ -67,6 +69,9 @@ def wait(
         if time.monotonic() - logged >= interval:
             logged = time.monotonic()
             progress = store.read_progress() or {}
+            age = time.time() - float(progress.get("updated", time.time()))
+            if progress and age > STALE_SECONDS:
+                progress = {"stale_s": int(age)}
             log(
                 "info",
                 "waiting",
@@ -78,8 +83,9 @@ def wait(
                 percent=progress.get("percent"),
                 rate_mb_s=progress.get("rate_mb_s"),
                 eta_s=progress.get("eta_s"),
+                stale_s=progress.get("stale_s"),
                 next="the staging Job is fetching"
-                if progress
+                if progress and "stale_s" not in progress
                 else "no fetch is running: check that the staging Job exists and its log",
             )
         time.sleep(poll)

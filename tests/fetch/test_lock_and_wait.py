@@ -118,10 +118,13 @@ def test_should_wait_for_marker_of_that_revision_logging_progress(
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    assert run_fetch("hf://org/model", str(dest))[0] == 0
+    code, _, fetch_err = run_fetch("hf://org/model", str(dest))
+    assert code == 0, fetch_err
     assert done.wait(60)
     thread.join()
-    assert "event=ready" in capsys.readouterr().err
+    # The waiter's line lands in whichever capture was read last.
+    assert "event=ready" in fetch_err + capsys.readouterr().err
+    assert result and result[0].root == dest.resolve()  # type: ignore[attr-defined]
     # Another revision asked for: the marker does not match, the wait keeps waiting.
     code, _, err = run_fetch(
         "wait", str(dest), "--source", "hf://org/model@v2", "--timeout", "0.1", "--poll", "0.05"

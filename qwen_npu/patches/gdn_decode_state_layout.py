@@ -57,22 +57,16 @@ METHOD = "decode"
 KERNEL = "fused_sigmoid_gating_delta_rule_update"
 KERNEL_PARAMS = ("initial_state_source", "initial_state_indices")
 
-#: What the target looks like in SGLang 0.5.23: parameters and core.source_fingerprint.
-PINNED_PARAMS = (
-    "self",
-    "q",
-    "k",
-    "v",
-    "a",
-    "b",
-    "A_log",
-    "dt_bias",
-    "ssm_states",
-    "cache_indices",
-    "query_start_loc",
-    "kwargs",
-)
-PINNED_FINGERPRINT = "e3c6f76195a1aaf540aa74faf49a579e1b5d64ba1a01ac411b04e426678627fe"
+#: What the target looks like in SGLang 0.5.23 (the drift guard's reference).
+PINS = (
+    core.Pin(
+        GDN_TRITON,
+        f"{CLASS}.{METHOD}",
+        ("self", "q", "k", "v", "a", "b", "A_log", "dt_bias", "ssm_states", "cache_indices",
+         "query_start_loc", "kwargs"),
+        "e3c6f76195a1aaf540aa74faf49a579e1b5d64ba1a01ac411b04e426678627fe",
+    ),
+)  # fmt: skip
 _original: Any = None
 
 
@@ -173,8 +167,8 @@ def _probe(module: Any) -> core.Probe:
 
 
 def _check(module: Any) -> str | None:
-    method = getattr(module, CLASS).__dict__[METHOD]
-    mismatch = core.shape_mismatch(method, PINNED_PARAMS, PINNED_FINGERPRINT, f"{CLASS}.{METHOD}")
+    (pin,) = PINS
+    mismatch = core.pin_mismatch(pin, getattr(module, CLASS).__dict__[METHOD])
     if mismatch is not None:
         return mismatch
     params = core.parameter_names(_kernel(module))

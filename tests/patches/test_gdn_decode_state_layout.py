@@ -7,6 +7,7 @@ patched it agrees within bf16 tolerance, state written back included."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -164,7 +165,7 @@ def test_sglang_handing_over_a_copy_is_upstream_fixed(
 
 
 def test_drifted_decode_is_not_patched(npu_kernel: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(patch, "PINNED_FINGERPRINT", "f" * 64)
+    monkeypatch.setattr(patch, "PINS", (replace(patch.PINS[0], fingerprint="f" * 64),))
     outcome = npu_kernel()
     assert outcome.state == "drifted" and not patch.active()
     assert "TritonGDNKernel.decode: source fingerprint" in outcome.detail

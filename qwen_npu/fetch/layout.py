@@ -171,6 +171,7 @@ class Revision:
     def complete(self, manifest: dict[str, Any]) -> None:
         """Write the manifest, then the marker naming the manifest's sha256 (the last write)."""
         data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        self.meta.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.meta / MANIFEST, data)
         marker = {
             "schema_version": SCHEMA_VERSION,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import ssl
 import threading
 import urllib.parse
 from collections import Counter
@@ -70,7 +71,9 @@ class Faults:
 class Hub:
     """One server; ``repos`` maps ``org/name`` to a Repo. Counts every file read in ``reads``."""
 
-    def __init__(self, repos: dict[str, Repo] | None = None) -> None:
+    def __init__(
+        self, repos: dict[str, Repo] | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.repos = repos or {}
         self.faults = Faults()
         self.reads: Counter[str] = Counter()
@@ -92,8 +95,11 @@ class Hub:
                 pass  # a client that hung up on a cut or a gate is expected here
 
         self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:  # HTTPS with a test CA's certificate (the --ca-bundle test)
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> Hub:

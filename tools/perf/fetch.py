@@ -190,7 +190,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=os.environ.get("PERF_FETCH_TMP")) as name:
         tmp = Path(name)
         env["HF_HOME"] = str(tmp / "hf-home")
-        rows = _hub_rows(tmp, env) + _s3_rows(tmp, env) + _reverify_rows(tmp, env)
+        rows = []
+        for part in (_reverify_rows, _hub_rows, _s3_rows):
+            rows += part(tmp, env)
+            print("\n".join(rows[-3:]), flush=True)
     lines = [
         "# qwen-npu fetch: cost on this machine (make perf-fetch)",
         "",

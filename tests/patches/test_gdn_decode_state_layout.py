@@ -6,6 +6,7 @@ patched it agrees within bf16 tolerance, state written back included."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 
 from qwen_npu.patches import core, gdn_contract
 from qwen_npu.patches import gdn_decode_state_layout as patch
+from qwen_npu.patches.state import read_state
 
 from .gdn_kernels import reference_decode
 
@@ -226,3 +228,26 @@ def test_the_hot_path_cost_for_the_35b_profile_at_batch_32(repo: Path) -> None:
     moved = patch.hot_path_bytes(32, heads, 128, 128, 2, gdn_layers)
     assert (heads, gdn_layers) == (16, 30)
     assert moved == 4_026_531_840  # 3.75 GiB per decode step per rank (128 MiB a layer)
+
+
+def test_the_first_apply_reports_the_contract_to_the_log_and_state_file(
+    npu_kernel: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """What the engine's start-up log shows: the hook applies this patch when gdn_triton is
+    imported, and that first apply reports the GDN contract, from the engine's own argv."""
+    monkeypatch.setattr(patch, "_contract_reported", False)
+    monkeypatch.setenv("QWEN_NPU_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["sglang.launch_server", "--mamba-ssm-dtype", "bfloat16"])
+    capsys.readouterr()
+    assert npu_kernel().state == "applied"
+    lines = [x for x in capsys.readouterr().err.splitlines() if "event=gdn_contract.link" in x]
+    assert [x.split("link=")[1].split()[0] for x in lines] == [
+        "pool_layout", "prefill_op", "verify_op", "mover", "decode_kernel", "ssm_dtype"
+    ]  # fmt: skip
+    state = read_state(tmp_path)
+    assert state is not None and state["gdn_contract"]["ssm_dtype"]["verdict"] == "pass"
+    npu_kernel()  # a later apply in the same process reports nothing more
+    assert "event=gdn_contract.link" not in capsys.readouterr().err

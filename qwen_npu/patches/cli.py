@@ -204,17 +204,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 f"{r['name']}: applied without effect: next: {core.NEXT_WITHOUT_EFFECT}",
                 file=sys.stderr,
             )
-        _print_contract(contract, broken, accepted)
+        _print_contract(contract)
+    _explain_contract(contract, broken, accepted)
     return 1 if (args.strict and (bad or idle or unknown or broken)) else 0
 
 
-def _print_contract(
-    contract: dict[str, gdn_contract.Verdict], broken: list[str], accepted: list[str]
-) -> None:
-    """The GDN state contract's verdicts; on stderr, what fails --strict and what it accepts."""
+def _print_contract(contract: dict[str, gdn_contract.Verdict]) -> None:
+    """The GDN state contract's verdicts, after the patches' table."""
     width = max(len(name) for name in contract)
     for name, v in contract.items():
         print(f"gdn_contract {name.ljust(width)}  {v.verdict:<8} {v.evidence}")
+
+
+def _explain_contract(
+    contract: dict[str, gdn_contract.Verdict], broken: list[str], accepted: list[str]
+) -> None:
+    """On stderr (with --json too): the links that fail --strict, and the unknown ones the ledger
+    accepts, with why."""
     for name in broken:
         v = contract[name]
         print(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from qwen_npu.serve.sim import cli
 from qwen_npu.serve.sim.config import (
@@ -21,9 +23,18 @@ from qwen_npu.serve.sim.config import (
 from qwen_npu.serve.sim.pricing import acceptance_distribution
 
 
+def bad_keys(flags: dict[str, object]) -> set[str]:
+    """The keys a ConfigError names for ``flags`` (every problem, one line)."""
+    with pytest.raises(ConfigError) as exc:
+        build(flags, env={})
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return {k for k in FIELDS if re.search(rf"(?:key |\): |; ){re.escape(k)}:", msg)}
+
+
 def test_defaults_are_valid_and_documented() -> None:
-    cfg = SimConfig()
-    assert cfg.validate() == []
+    cfg = SimConfig()  # constructing checks everything: the defaults pass
+    assert build({}, env={})[0] == cfg
     assert cfg.model_dump(by_alias=True)["ttft-ms"] == 50.0
     assert not cfg.spec_enabled
 
@@ -61,8 +72,7 @@ def test_profile_and_config_from_env(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", list_profiles())
 def test_every_profile_loads_and_opens_with_what_when(name: str) -> None:
-    cfg, _ = build({}, profile=name, env={})
-    assert cfg.validate() == []
+    build({}, profile=name, env={})  # raises ConfigError when a profile is invalid
     text = (Path(__file__).parents[3] / "qwen_npu/serve/sim/profiles" / f"{name}.yaml").read_text()
     assert text.startswith("# What:")
     assert "# When:" in text
@@ -133,25 +143,22 @@ def test_unknown_env_key_and_bad_env_value() -> None:
         build({}, env={"QWEN_NPU_SIM_GARBLED": "maybe"})
 
 
-def test_validate_names_each_bad_key() -> None:
-    cfg = SimConfig(
-        itl_ms=0,
-        error_rate=2,
-        speculative_algorithm="MEDUSA",
-        accept_length=9,
-        accept_distribution=[0.5, 0.6],
-    )
-    errs = cfg.validate()
-    keys = {e.split(":")[0] for e in errs}
-    assert {
+def test_validation_names_each_bad_key() -> None:
+    # Ranges and choices: every bad key of the layer, in one line.
+    assert bad_keys({"itl-ms": 0, "error-rate": 2, "speculative-algorithm": "MEDUSA"}) == {
         "itl-ms",
         "error-rate",
         "speculative-algorithm",
+    }
+    # The rules between keys, once the layers are merged.
+    assert bad_keys({"accept-length": 9, "accept-distribution": "0.5,0.6"}) >= {
         "accept-length",
         "accept-distribution",
-    } <= keys
+    }
     with pytest.raises(ConfigError, match="itl-ms"):
         build({"itl-ms": -1.0}, env={})
+    with pytest.raises(ValidationError):
+        SimConfig(itl_ms=0)  # the model itself refuses it too
 
 
 @pytest.mark.parametrize(
@@ -169,12 +176,10 @@ def test_acceptance_keys_imply_nextn(key: str, value: object) -> None:
 
 
 def test_new_pricing_keys_are_checked() -> None:
-    errs = SimConfig(
-        step_fixed_ms=-1, step_ms_per_token=-2, accept_rate=1.5, accept_decay=2
-    ).validate()
-    keys = {e.split(":")[0] for e in errs}
-    assert {"step-fixed-ms", "step-ms-per-token", "accept-rate", "accept-decay"} <= keys
-    assert all("\n" not in e for e in errs)
+    flags = {"step-fixed-ms": -1, "step-ms-per-token": -2, "accept-rate": 1.5, "accept-decay": 2}
+    assert bad_keys(flags) == {"step-fixed-ms", "step-ms-per-token", "accept-rate", "accept-decay"}
+    # A step must take time: 0 + 0 is refused by the rule between the two keys.
+    assert bad_keys({"step-fixed-ms": 0, "step-ms-per-token": 0}) == {"step-fixed-ms"}
 
 
 @pytest.mark.parametrize("target", [1.0, 1.7, 2.5, 3.4, 4.0])

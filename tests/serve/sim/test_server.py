@@ -69,16 +69,14 @@ def test_native_stream_format(plain_sim: str, client: httpx.Client) -> None:
 
 
 def test_native_stream_paces_tokens(client: httpx.Client) -> None:
-    # Its own simulator with a 25 ms gap: on a loaded 2-core machine the client can be
-    # descheduled for a few ms and then reads several queued chunks at once, so a 4 ms gap
-    # (plain_sim) is not measurable from the client side; 25 ms is.
+    # Lower bounds only: a token can arrive late (a loaded machine deschedules the client, which
+    # then reads several queued chunks at once) but never early, so these hold on any machine.
     with running_sim(ttft_ms=20, itl_ms=25, seed=7) as url:
         events, times, ttft = stream_generate(client, url, gen_body(10))
     assert len(events) == 11 and events[-1] == "[DONE]"
     assert ttft >= 0.019  # ttft-ms 20
-    gaps = [b - a for a, b in itertools.pairwise(times[:-1])]
-    assert statistics.median(gaps) >= 0.020  # itl-ms 25
-    assert times[-2] >= 0.019 + 9 * 0.025  # the last token cannot come before ttft + 9 gaps
+    for k in range(1, 10):  # token k cannot come before ttft + k gaps of itl-ms 25
+        assert times[k] >= 0.019 + k * 0.024, (k, times)
 
 
 def test_non_stream_and_text_input(plain_sim: str, client: httpx.Client) -> None:

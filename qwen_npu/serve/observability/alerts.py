@@ -1,4 +1,4 @@
-"""Every alert group, in the order the rule file lists them, and the names the contract fixes."""
+"""Every rule group (alerts and recordings), in the order the rule file lists them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from qwen_npu.serve.observability import (
     alerts_router,
     alerts_slo,
 )
-from qwen_npu.serve.observability.rules import Alert, AlertGroup
+from qwen_npu.serve.observability.rules import Alert, AlertGroup, Recording
 
 GROUPS: tuple[AlertGroup, ...] = (
     alerts_engine.GROUP,
@@ -28,3 +28,7 @@ def all_alerts() -> tuple[Alert, ...]:
 
 def by_name() -> dict[str, Alert]:
     return {a.name: a for a in all_alerts()}
+
+
+def all_recordings() -> tuple[Recording, ...]:
+    return tuple(r for g in GROUPS for r in g.recordings)

@@ -1,8 +1,12 @@
-"""Alerts on the runtime patches and the mamba scatter's UB plan, as the sidecar reports them.
+"""Alerts on the runtime patches, the GDN state contract and the mamba scatter's UB plan, as the
+sidecar reports them from the patches' state file.
 
 ``disabled`` and ``upstream-fixed`` are deliberate or harmless states and never page; ``drifted``
 and ``target-missing`` mean the engine runs without a fix it needs, and ``unknown`` (no state file)
-is only a problem once the engine is ready (the patches write the file while it starts).
+is only a problem once the engine is ready (the patches write the file while it starts). A GDN
+contract link that ``fail``s means a writer and a reader of the SSM state disagree on its dtype or
+layout: garbled output, with nothing crashing; ``unknown`` (a link the engine could not read) is in
+the evidence and on the dashboard, it does not page.
 """
 
 from __future__ import annotations
@@ -23,6 +27,19 @@ PATCH_NOT_APPLIED = Alert(
         ' or ((qwen_npu_patch_state{state="unknown"} == 1)'
         " and ignoring (patch, state) (qwen_npu_engine_ready == 1))"
     ),
+)
+
+GDN_CONTRACT_FAILED = Alert(
+    name="QwenNpuGdnContractFailed",
+    severity="critical",
+    for_="1m",
+    summary="A link of the GDN state contract fails: the output is or will be garbled.",
+    description=(
+        "GDN contract link {{ $labels.link }} fails on {{ $labels.instance }}"
+        " (pod {{ $labels.pod }}): a writer and a reader of the SSM state disagree on its dtype or"
+        " layout; the evidence is in the sidecar's /status (patches.gdn_contract)."
+    ),
+    expr='qwen_npu_gdn_contract{verdict="fail"} == 1',
 )
 
 UB_PLAN_OVERFLOW = Alert(
@@ -51,4 +68,7 @@ UB_PLAN_MISMATCH = Alert(
     expr="qwen_npu_ub_plan_mismatch == 1",
 )
 
-GROUP = AlertGroup("qwen-npu.patches", (PATCH_NOT_APPLIED, UB_PLAN_OVERFLOW, UB_PLAN_MISMATCH))
+GROUP = AlertGroup(
+    "qwen-npu.patches",
+    (PATCH_NOT_APPLIED, GDN_CONTRACT_FAILED, UB_PLAN_OVERFLOW, UB_PLAN_MISMATCH),
+)

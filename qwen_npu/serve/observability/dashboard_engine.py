@@ -133,6 +133,16 @@ def build(cfg: Config = DEFAULT) -> Board:
         alert="QwenNpuPatchNotApplied",
     )
     b.table(
+        "GDN state contract",
+        "Each link's current verdict (qwen_npu_gdn_contract == 1), from the state file the "
+        "engine's processes write: pool_layout, prefill_op, verify_op, mover, decode_kernel, "
+        "ssm_dtype. pass; fail (a writer and a reader of the SSM state disagree: garbled "
+        "output); unknown (not checked or not readable here). The evidence is in the sidecar's "
+        "/status. A fail pages as QwenNpuGdnContractFailed.",
+        [Query(f"qwen_npu_gdn_contract{{{SIDECAR}}} == 1", instant=True)],
+        alert="QwenNpuGdnContractFailed",
+    )
+    b.table(
         "Build and speculative decoding",
         "Versions the sidecar reads (qwen_npu_build_info) and the speculative algorithm "
         "(qwen_npu_spec_info).",

@@ -7,6 +7,7 @@ watches draw the alert's threshold and link to its runbook section.
 
 from __future__ import annotations
 
+from qwen_npu.serve.observability.alerts_output import SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE
 from qwen_npu.serve.observability.config import DEFAULT, Config
 from qwen_npu.serve.observability.panels import (
     Board,
@@ -194,20 +195,15 @@ def build(cfg: Config = DEFAULT) -> Board:
     b.row("Speculative decoding (MTP)")
     b.timeseries(
         "Acceptance length",
-        "Tokens produced per verify step: generated tokens over sglang:spec_verify_calls_total "
-        "(what QwenNpuSpecAcceptanceCollapse watches, over 10 minutes there), the engine's own "
-        "sglang:spec_accept_length, and the sidecar's windowed qwen_npu_spec_accept_length. "
-        "Below the red line (thresholds.specAcceptLengthMin) MTP costs more than it gives.",
+        f"Tokens produced per verify step over 10 minutes ({SPEC_ACCEPT_LENGTH.record}, the "
+        "recording rule QwenNpuSpecAcceptanceCollapse reads: generated tokens over "
+        "sglang:spec_verify_calls_total), and the engine's own sglang:spec_accept_length (its "
+        "last batch). Below the red line (thresholds.specAcceptLengthMin) MTP costs more than it "
+        "gives.",
         "short",
         [
-            Query(
-                f"sum {w} (rate(sglang:generation_tokens_total{{{ENGINE}}}[$__rate_interval]))"
-                f" / sum {w} (rate(sglang:spec_verify_calls_total{{{ENGINE}}}"
-                "[$__rate_interval]))",
-                f"from counters {LEGEND}",
-            ),
-            Query(f"max {w} (sglang:spec_accept_length{{{ENGINE}}})", f"engine {LEGEND}"),
-            Query(f"qwen_npu_spec_accept_length{{{SIDECAR}}}", "sidecar {{pod}} {{instance}}"),
+            Query(f"max by ({BY}) ({SPEC_ACCEPT_LENGTH.record}{{{ENGINE}}})", f"10m {LEGEND}"),
+            Query(f"max {w} (sglang:spec_accept_length{{{ENGINE}}})", f"last batch {LEGEND}"),
         ],
         threshold="specAcceptLengthMin",
         direction="below",
@@ -215,12 +211,13 @@ def build(cfg: Config = DEFAULT) -> Board:
     )
     b.timeseries(
         "Acceptance rate",
-        "Accepted over proposed draft tokens: the engine's sglang:spec_accept_rate and the "
-        "sidecar's windowed qwen_npu_spec_accept_rate.",
+        f"Accepted over proposed draft tokens over 10 minutes ({SPEC_ACCEPT_RATE.record}, "
+        "from the acceptance length and sglang:spec_num_draft_tokens), and the engine's own "
+        "sglang:spec_accept_rate (its last batch).",
         "percentunit",
         [
-            Query(f"max {w} (sglang:spec_accept_rate{{{ENGINE}}})", f"engine {LEGEND}"),
-            Query(f"qwen_npu_spec_accept_rate{{{SIDECAR}}}", "sidecar {{pod}} {{instance}}"),
+            Query(f"max by ({BY}) ({SPEC_ACCEPT_RATE.record}{{{ENGINE}}})", f"10m {LEGEND}"),
+            Query(f"max {w} (sglang:spec_accept_rate{{{ENGINE}}})", f"last batch {LEGEND}"),
         ],
         min_val=0,
         max_val=1,
@@ -331,18 +328,15 @@ def _mtp_payoff(b: Board) -> None:
     plus one; it costs more than a plain decode step, and the more so the larger the batch. MTP
     pays while tokens per verify step exceed (verify step time / plain decode step time).
     """
-    accepted = (
-        f"{_per_engine_rate('sglang:generation_tokens_total')} / "
-        f"{_per_engine_rate('sglang:spec_verify_calls_total')}"
-    )
+    accepted = f"max by ({BY}) ({SPEC_ACCEPT_LENGTH.record}{{{ENGINE}}})"
     tpot = (
         f"{_per_engine_rate('sglang:request_time_per_output_token_seconds_sum')} / "
         f"{_per_engine_rate('sglang:request_time_per_output_token_seconds_count')}"
     )
     b.timeseries(
         "MTP: tokens kept vs checked per verify step",
-        "Is MTP paying off, part 1. Kept: tokens produced per verify step (generated tokens over "
-        "sglang:spec_verify_calls_total: accepted drafts + 1). Checked: tokens each request puts "
+        "Is MTP paying off, part 1. Kept: tokens produced per verify step over 10 minutes "
+        f"({SPEC_ACCEPT_LENGTH.record}: accepted drafts + 1). Checked: tokens each request puts "
         "into a verify step (sglang:spec_num_draft_tokens). The gap is compute spent on rejected "
         "drafts. MTP pays while kept > (verify step time / decode step time without MTP); the "
         "runbook's QwenNpuSpecAcceptanceCollapse section gives the ratio for the calibrated "

@@ -41,7 +41,7 @@ _HEADER = (
 
 
 class UnknownMetricError(ValueError):
-    """A dashboard or alert reads a metric that no metric list declares."""
+    """A dashboard or alert reads a metric that no metric list declares, or a deprecated one."""
 
 
 def known_series() -> dict[str, str]:
@@ -52,6 +52,7 @@ def known_series() -> dict[str, str]:
         ("qwen_npu/serve/sglang_metrics.py", sglang_metrics.SGLANG_METRICS),
         ("qwen_npu/serve/observability/npu_exporter.py", NPU_EXPORTER_METRICS),
         ("qwen_npu/serve/observability/router_metrics.py", ROUTER_METRICS),
+        ("qwen_npu/serve/observability/alerts_*.py (recording rules)", alerts.all_recordings()),
     )
     for where, specs in lists:
         for spec in specs:
@@ -95,18 +96,42 @@ def rules_document(cfg: Config = DEFAULT) -> dict[str, Any]:
 
 
 def alert_exprs(document: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(r["alert"], r["expr"]) for g in document["groups"] for r in g["rules"]]
+    """(alert name, expr) of every alert rule."""
+    return [(r["alert"], r["expr"]) for g in document["groups"] for r in g["rules"] if "alert" in r]
+
+
+def recording_exprs(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """(recorded series, expr) of every recording rule."""
+    return [
+        (r["record"], r["expr"]) for g in document["groups"] for r in g["rules"] if "record" in r
+    ]
+
+
+def deprecated_series() -> dict[str, str]:
+    """Series of deprecated metrics -> what replaces them (nothing generated may read them)."""
+    return {
+        series: spec.deprecated
+        for spec in catalogue.CATALOGUE
+        if spec.deprecated
+        for series in spec.series_names()
+    }
 
 
 def check_metric_names(exprs: Iterable[tuple[str, str]]) -> None:
-    known = known_series()
+    known, deprecated = known_series(), deprecated_series()
     for where, expr in exprs:
-        unknown = sorted(metric_names(expr) - known.keys())
+        names = metric_names(expr)
+        unknown = sorted(names - known.keys())
         if unknown:
             raise UnknownMetricError(
                 f"{where}: reads {', '.join(unknown)}, which no metric list declares; fix the "
                 "query or add the metric to qwen_npu/serve/catalogue.py (sidecar) or "
                 "qwen_npu/serve/sglang_metrics.py (engine)"
+            )
+        old = sorted(names & deprecated.keys())
+        if old:
+            raise UnknownMetricError(
+                f"{where}: reads the deprecated {', '.join(old)}; {deprecated[old[0]]}"
             )
 
 
@@ -120,6 +145,7 @@ def render_files(cfg: Config = DEFAULT) -> dict[str, str]:
         exprs += [(f"{filename} variable {v}", sel) for v, sel, _ in variable_selectors(model)]
     document = rules_document(cfg)
     exprs += [(f"alert {a}", e) for a, e in alert_exprs(document)]
+    exprs += [(f"recording {r}", e) for r, e in recording_exprs(document)]
     exprs += [(f"autoscaling trigger {name}", q) for name, q in autoscaling.QUERIES.items()]
     check_metric_names(exprs)
     files[autoscaling.FILE] = (

@@ -24,7 +24,7 @@ BASE = VALUES["monitoring"]["runbookBaseUrl"]
 
 
 def _rules(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+    return {r["alert"]: r for g in spec["groups"] for r in g["rules"] if "alert" in r}
 
 
 def _dashboards(rendered: dict[str, str]) -> dict[str, dict[str, Any]]:

@@ -36,6 +36,7 @@ CONTRACT_ALERTS = {
     "QwenNpuSpecAcceptanceCollapse",
     "QwenNpuCanaryDegenerated",
     "QwenNpuPatchNotApplied",
+    "QwenNpuGdnContractFailed",
     "QwenNpuUbPlanOverflow",
     "QwenNpuUbPlanMismatch",
     "QwenNpuChipUnhealthy",
@@ -85,7 +86,7 @@ def test_alert_names_are_the_contract() -> None:
 def test_every_alert_follows_the_conventions() -> None:
     doc = generate.rules_document()
     for group in doc["groups"]:
-        for rule in group["rules"]:
+        for rule in (r for r in group["rules"] if "alert" in r):
             name = rule["alert"]
             assert re.fullmatch(r"QwenNpu[A-Z][A-Za-z]+", name)
             assert rule["labels"] == {"severity": rule["labels"]["severity"]}
@@ -104,7 +105,9 @@ def test_runbook_url_comes_from_the_pattern() -> None:
         config.DEFAULT, runbook_url_pattern="{base}/{anchor}.md", runbook_base="https://x/rb"
     )
     doc = render_groups(alerts.GROUPS, cfg)
-    urls = {r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"]}
+    urls = {
+        r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"] if "alert" in r
+    }
     assert "https://x/rb/qwennpuhbmnearfull.md" in urls and len(urls) == len(CONTRACT_ALERTS)
 
 
@@ -152,12 +155,14 @@ def test_every_metric_read_is_declared() -> None:
                 seen |= metric_names(expr)
             for _var, selector, _label in generate.variable_selectors(json.loads(text)):
                 seen |= metric_names(selector)
-    for _name, expr in generate.alert_exprs(generate.rules_document()):
+    document = generate.rules_document()
+    for _name, expr in generate.alert_exprs(document) + generate.recording_exprs(document):
         seen |= metric_names(expr)
     assert seen <= declared, sorted(seen - declared)
-    # The dashboards read the engine's and the sidecar's lists, not a handful of names.
+    # The dashboards read the engine's and the sidecar's lists (and our recorded series), not a
+    # handful of names.
     assert len({n for n in seen if n.startswith("sglang:")}) >= 15
-    assert len({n for n in seen if n.startswith("qwen_npu_")}) >= 25
+    assert len({n for n in seen if n.startswith("qwen_npu")}) >= 25
 
 
 def test_unknown_metric_fails_generation() -> None:
@@ -287,3 +292,37 @@ def test_every_runbook_url_lands_on_a_runbook_section() -> None:
     anchors = {_github_slug(h) for h in re.findall(r"^#{1,6}\s+(.+)$", text, flags=re.MULTILINE)}
     missing = sorted(n.lower() for n in CONTRACT_ALERTS if n.lower() not in anchors)
     assert not missing, f"docs/runbook.md lacks sections for {missing}"
+
+
+def test_every_recording_follows_the_conventions() -> None:
+    doc = generate.rules_document()
+    records = [r for g in doc["groups"] for r in g["rules"] if "record" in r]
+    assert {r["record"] for r in records} == {r.record for r in alerts.all_recordings()}
+    for rule in records:
+        # level:metric:operations (Prometheus' naming of recorded series), nothing but the two keys.
+        assert re.fullmatch(r"qwen_npu:[a-z_]+:[a-z0-9_]+", rule["record"]), rule["record"]
+        assert set(rule) == {"record", "expr"}
+
+
+def test_speculative_acceptance_is_defined_once() -> None:
+    """Only the recording rule divides by verify calls; the panels and the alert read it."""
+    from qwen_npu.serve.observability.alerts_output import SPEC_ACCEPT_LENGTH
+
+    document = generate.rules_document()
+    readers = [(f"alert {a}", e) for a, e in generate.alert_exprs(document)]
+    readers += [(f"recording {r}", e) for r, e in generate.recording_exprs(document)]
+    for filename, model in generate.dashboard_models().items():
+        readers += [(f"{filename} {t!r}", e) for t, e in generate.dashboard_queries(model)]
+    computing = [w for w, e in readers if "sglang:spec_verify_calls_total" in metric_names(e)]
+    assert computing == [f"recording {SPEC_ACCEPT_LENGTH.record}"]
+    reading = {w for w, e in readers if SPEC_ACCEPT_LENGTH.record in metric_names(e)}
+    assert "alert QwenNpuSpecAcceptanceCollapse" in reading
+    assert any("'Acceptance length'" in w for w in reading), reading
+
+
+def test_deprecated_metrics_are_refused_and_read_by_nothing_generated() -> None:
+    deprecated = generate.deprecated_series()
+    assert {"qwen_npu_spec_accept_length", "qwen_npu_spec_accept_rate"} <= deprecated.keys()
+    with pytest.raises(generate.UnknownMetricError, match="deprecated qwen_npu_spec_accept_length"):
+        generate.check_metric_names([("panel", 'qwen_npu_spec_accept_length{pod="p"}')])
+    generate.render_files()  # what ships reads none of them (it would raise)

@@ -275,3 +275,38 @@ def test_canary_golden_file(tmp_path: Path) -> None:
         )
         assert metric(c, "qwen_npu_canary_golden_prefix_ratio") == pytest.approx(expected)
         assert c.get("/status").json()["canary"]["last"]["golden_prefix_chars"] == 30
+
+
+def test_gdn_contract_verdicts_from_the_state_file(fake: FakeEngine, tmp_path: Path) -> None:
+    """qwen_npu_gdn_contract{link,verdict}: 1 for the current verdict; unreported links unknown."""
+    from qwen_npu.serve.catalogue import GDN_LINKS, GDN_VERDICTS
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    with fake_client(fake, state_dir=state_dir, canary_interval_s=0) as c:
+        for link in GDN_LINKS:  # no state file yet: every link unknown
+            assert metric(c, "qwen_npu_gdn_contract", link=link, verdict="unknown") == 1.0
+            assert metric(c, "qwen_npu_gdn_contract", link=link, verdict="fail") == 0.0
+        contract = {
+            "pool_layout": {"verdict": "pass", "evidence": "memory_pool.py:120: V-major"},
+            "verify_op": {"verdict": "fail", "evidence": "verify op bf16 only; state float32"},
+            "mover": {"verdict": "sideways", "evidence": "a verdict this sidecar does not know"},
+        }
+        state = {"schema_version": 1, "patches": {}, "gdn_contract": contract}
+        (state_dir / "state.json").write_text(json.dumps(state))
+        wait_until(
+            lambda: metric(c, "qwen_npu_gdn_contract", link="verify_op", verdict="fail") == 1.0,
+            what="the GDN verdicts read",
+        )
+        assert metric(c, "qwen_npu_gdn_contract", link="pool_layout", verdict="pass") == 1.0
+        assert metric(c, "qwen_npu_gdn_contract", link="pool_layout", verdict="unknown") == 0.0
+        for link in ("mover", "prefill_op", "decode_kernel", "ssm_dtype"):  # unknown or absent
+            assert metric(c, "qwen_npu_gdn_contract", link=link, verdict="unknown") == 1.0
+        for link in GDN_LINKS:  # exactly one verdict per link
+            assert sum(metric(c, "qwen_npu_gdn_contract", link=link, verdict=v)
+                       for v in GDN_VERDICTS) == 1.0  # fmt: skip
+        details = c.get("/status").json()["patches"]["gdn_contract"]
+        assert details["verify_op"] == {
+            "verdict": "fail", "evidence": "verify op bf16 only; state float32"
+        }  # fmt: skip
+        assert details["ssm_dtype"] == {"verdict": "unknown", "evidence": None}

@@ -4,6 +4,9 @@ Every field has a documented default. The same kebab-case name works as a YAML k
 (``ttft-ms: 50``), a flag (``--ttft-ms 50``) and, upper-cased with ``QWEN_NPU_SIM_``, an environment
 variable (``QWEN_NPU_SIM_TTFT_MS=50``).
 
+A YAML layer may name a chart profile (``chart-profile:``, ``chart-values:``): the engine's flags
+(model name, TP, speculative decoding) then come from the chart's render (chart_engine.py).
+
 Precedence (explicit, in ``build``): flags > environment > YAML (``--config`` over ``--profile``) >
 defaults. Each layer is a dict of values checked by the model on its own (``typed``: types and
 ranges, so an error names the layer, the key and the fix); ``build`` merges the layers in that
@@ -296,7 +299,26 @@ def load_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of key: value; fix the file")
-    return typed({str(k).replace("_", "-"): v for k, v in data.items()}, str(path))
+    data = {str(k).replace("_", "-"): v for k, v in data.items()}
+    engine: dict[str, Any] = {}
+    chart_profile = data.pop("chart-profile", None)
+    chart_values = data.pop("chart-values", None) or {}
+    if chart_profile is not None:  # the engine's flags as the chart renders them (chart_engine)
+        from qwen_npu.serve.sim.chart_engine import ChartProfileError, engine_keys
+
+        if not isinstance(chart_values, dict):
+            raise ConfigError(f"{path}: chart-values must be a mapping of chart values")
+        try:
+            engine = engine_keys(str(chart_profile), chart_values)
+        except ChartProfileError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        restated = sorted(set(engine) & set(data))
+        if restated:
+            raise ConfigError(
+                f"{path}: {', '.join(restated)} come from chart-profile {chart_profile}; "
+                "drop them here (or change the chart profile / chart-values)"
+            )
+    return typed({**engine, **data}, str(path))
 
 
 def profile_path(name: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -297,3 +298,39 @@ def test_an_unknown_profile_lists_the_known_ones_and_points_files_to_config(
         f"qwen-npu sim: profile './mine.yaml': not found; use one of: {known}; "
         "a YAML file of your own goes to --config\n"
     )
+
+
+def test_a_profile_takes_its_engine_from_the_charts_render(tmp_path: Path) -> None:
+    """chart-profile: the served model name, TP and MTP come from the chart's render of that
+    profile; chart-values on top change them there, not in the simulator profile."""
+    from tools import chart as chart_tool
+
+    yml = tmp_path / "engine.yaml"
+    yml.write_text(
+        "chart-profile: qwen3.5-122b-a10b-w8a8\n"
+        "chart-values: {mtp: {numSteps: 2, numDraftTokens: 3}}\nitl-ms: 7\n"
+    )
+    cfg, origin = build({}, config_file=yml, env={})
+    values = chart_tool.values_from(
+        chart_tool.PROFILES_DIR / "qwen3.5-122b-a10b-w8a8.yaml",
+        extra={"mtp": {"numSteps": 2, "numDraftTokens": 3}},
+    )
+    args = chart_tool.engine_args(chart_tool.render_docs(values))
+    flag = dict(itertools.pairwise(args))
+    assert cfg.served_model_name == flag["--served-model-name"]
+    assert cfg.tp_size == int(flag["--tp-size"])
+    assert (cfg.speculative_num_steps, cfg.speculative_num_draft_tokens) == (2, 3)
+    assert cfg.speculative_algorithm == flag["--speculative-algorithm"] and cfg.itl_ms == 7
+    assert origin["tp-size"].startswith("config ")
+    yml.write_text("chart-profile: qwen3.5-122b-a10b-w8a8\nchart-values: {mtp: {enabled: false}}\n")
+    assert build({}, config_file=yml, env={})[0].speculative_algorithm == "none"
+
+
+def test_a_chart_profile_fact_restated_or_unknown_is_one_line(tmp_path: Path) -> None:
+    yml = tmp_path / "engine.yaml"
+    yml.write_text("chart-profile: qwen3.6-35b-a3b-w8a8\ntp-size: 4\n")
+    with pytest.raises(ConfigError, match=r"tp-size come from chart-profile .*drop them here"):
+        load_yaml(yml)
+    yml.write_text("chart-profile: qwen9-tiny\n")
+    with pytest.raises(ConfigError, match=r"chart-profile 'qwen9-tiny': .*use one of: .*qwen3\.6"):
+        load_yaml(yml)

@@ -10,6 +10,7 @@ values file is the one source: each key's type comes from its default, its descr
     python helm/qwen-npu/hack/gen_schema.py --check   # exit 1 when either is stale
 
 Every leaf value must carry a `# --` description; a missing one is an error naming the key.
+`patches.disabled` takes the patch names of qwen_npu/patches/registry.py (the one patch list).
 """
 
 from __future__ import annotations
@@ -133,6 +134,11 @@ def build_schema(values_text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SchemaSourceError(f"{VALUES.name}: top level is not a mapping; fix the file")
     root = _node("", data, _comments(values_text))
+    # The patch names come from the patch registry (THE patch list), not from a copy here.
+    from qwen_npu.patches.registry import PATCHES
+
+    disabled = root["properties"]["patches"]["properties"]["disabled"]
+    disabled["items"] = {"type": "string", "enum": [p.name for p in PATCHES]}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "qwen-npu chart values",

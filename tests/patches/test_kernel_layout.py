@@ -41,7 +41,8 @@ def test_sglang_s_own_triton_kernel_reads_v_major() -> None:
 def test_a_pointer_built_in_two_steps_is_followed() -> None:
     source = kernel_source().replace(
         f"p_h0 = h0_source + idx * HV * K * V + i_hv * K * V + {K_MAJOR_ADDRESS}",
-        f"base = h0_source + idx * HV * K * V + i_hv * K * V\n            p_h0 = base + {K_MAJOR_ADDRESS}",
+        "base = h0_source + idx * HV * K * V + i_hv * K * V\n"
+        f"            p_h0 = base + {K_MAJOR_ADDRESS}",
     )
     assert source != kernel_source()
     assert kl.decode_addressing(source, WRAPPER).verdict == kl.K_MAJOR
@@ -64,7 +65,8 @@ def test_a_pointer_built_in_two_steps_is_followed() -> None:
         (
             lambda s: s.replace(
                 "b_h = tl.load(p_h0 + t * HV * K * V, mask=mask_h)",
-                f"b_h = tl.load(h0_source + idx * HV * K * V + i_hv * K * V + {V_MAJOR_ADDRESS}, mask=mask_h)",
+                "b_h = tl.load(h0_source + idx * HV * K * V + i_hv * K * V + "
+                f"{V_MAJOR_ADDRESS}, mask=mask_h)",
             ),
             "both ways",
         ),
@@ -87,7 +89,7 @@ STRIDE_HONOURING = """
 def move_intermediate_cache(ssm_states, intermediate_state_cache, dst, src, steps, h_block_size=2):
     dst_strides = ssm_states.stride()
     dst_layer_stride, dst_size_stride = int(dst_strides[0]), int(dst_strides[1])
-    dst_h_stride, dst_v_stride, dst_k_stride = int(dst_strides[2]), int(dst_strides[3]), int(dst_strides[4])
+    dst_h_stride, dst_v_stride = int(dst_strides[2]), int(dst_strides[3])
     kernel[(1,)](dst_h_stride=dst_h_stride)
 """
 
@@ -101,7 +103,8 @@ def move_intermediate_cache(ssm_states, intermediate_state_cache, dst, src, step
             kl.STRIDE_HONOURING,
         ),
         (
-            "def move_intermediate_cache(ssm_states, c, d, s, t):\n    return ssm_states.stride(1)\n",
+            "def move_intermediate_cache(ssm_states, c, d, s, t):\n"
+            "    return ssm_states.stride(1)\n",
             kl.SOURCE_ORDER,
         ),
         ("def move_intermediate_cache(ssm_states, c, d, s, t):\n    return None\n", kl.UNKNOWN),

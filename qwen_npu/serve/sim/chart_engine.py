@@ -5,8 +5,9 @@ profile, MTP on or off). What that engine is told (the served model name, the te
 size, the speculative algorithm, its steps, top-k and draft tokens) is written once, in the chart
 profile, and the chart renders it into the engine's command line. A simulator profile names the
 chart profile (``chart-profile:``, plus ``chart-values:`` on top, e.g. MTP off) and takes those
-flags from the render (Helm's Go SDK, offline, through helm-python-sdk): the simulator's keys are
-named after the same SGLang flags. Only its timing model stays in the simulator profile.
+flags from the render (tools/chart.py: Helm's Go SDK, offline, through helm-python-sdk): the
+simulator's keys are named after the same SGLang flags. Only its timing model stays in the
+simulator profile.
 
 The chart lives in the repository (helm/qwen-npu), beside this package in a checkout, which is
 where the simulator runs (tests, ``make demo``, ``make perf-sim``, ``make mtp-tune``).
@@ -14,7 +15,6 @@ where the simulator runs (tests, ``make demo``, ``make perf-sim``, ``make mtp-tu
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -37,54 +37,31 @@ class ChartProfileError(ValueError):
     """The chart profile cannot be read or rendered; the message names it and the fix."""
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 @cache
 def _engine_args(profile: str, values_json: str) -> tuple[str, ...]:
     """The engine container's args the chart renders for ``profile`` + values (cached)."""
-    import yaml
-
     path = CHART_DIR / "profiles" / f"{profile}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in (CHART_DIR / "profiles").glob("*.yaml")))
         raise ChartProfileError(
             f"chart-profile {profile!r}: no {path}; use one of: {known or 'none (no chart here)'}"
         )
-    try:
+    try:  # the repository's chart tool (tools/chart.py: helm-python-sdk), in a checkout
         import helm_python as helm
+
+        from tools import chart
     except ImportError:
         raise ChartProfileError(
-            f"chart-profile {profile!r}: rendering the chart needs helm-python-sdk; run make setup"
+            f"chart-profile {profile!r}: rendering the chart needs a checkout with make setup "
+            "(tools/chart.py, helm-python-sdk)"
         ) from None
-    values = _merge(yaml.safe_load(path.read_text()) or {}, json.loads(values_json))
     try:
-        rendered = helm.Chart.load(CHART_DIR).render(values, name="qwen-npu", namespace="default")
-    except helm.HelmError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        msg = f"chart-profile {profile!r}: the chart does not render: {first}"
+        docs = chart.render_docs(chart.values_from(path, extra=json.loads(values_json)))
+        return tuple(chart.engine_args(docs))
+    except (helm.HelmError, AssertionError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        msg = f"chart-profile {profile!r}: the chart does not render its engine: {first}"
         raise ChartProfileError(msg) from None
-    for name, text in rendered.items():
-        for doc in yaml.safe_load_all(text) if name.endswith(".yaml") else ():
-            if not doc or doc.get("kind") not in ("Deployment", "LeaderWorkerSet"):
-                continue
-            if not doc["metadata"]["name"].endswith("-engine"):
-                continue
-            spec = doc["spec"]
-            template = spec["template"] if "template" in spec else (
-                spec["leaderWorkerTemplate"]["leaderTemplate"]
-            )  # fmt: skip
-            for c in template["spec"]["containers"]:
-                if c["name"] == "engine":
-                    return tuple(str(a) for a in c["args"])
-    raise ChartProfileError(f"chart-profile {profile!r}: the render has no engine container")
 
 
 def engine_keys(profile: str, values: Mapping[str, Any] | None = None) -> dict[str, str]:

@@ -31,7 +31,7 @@ FAST = failover.Settings(
     drain_check_s=0.05,
     warm_requests=15,
     tail_requests=15,
-    num_prompts=3000,
+    num_prompts=20000,  # an upper bound: a slow rolling replacement must not outlast the load
 )
 
 

@@ -11,8 +11,8 @@ Writes out/perf/fetch.md and prints it. Figures:
   ``qwen-npu fetch verify`` the init container runs: sizes only, and sizes plus sha256. The shards
   are sparse files, so the sha256 figure is the hashing cost without the disk's read time.
 
-The servers run in this process; each fetch runs as its own process, so its CPU and RSS are its
-own (``os.wait4``).
+The hub runs in this process, moto in its own; each fetch runs as its own process, so its CPU
+and RSS are its own (``os.wait4``).
 """
 
 from __future__ import annotations
@@ -94,14 +94,22 @@ def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
 
 
 def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
-    import boto3
-    from moto.server import ThreadedMotoServer
+    import socket
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    import boto3
+
+    # moto runs in its own process: a child's peak RSS starts at its parent's (Linux carries the
+    # high-water mark over fork and exec), and moto holds every object in memory.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import time; from moto.server import ThreadedMotoServer as T; "
+        f"T(ip_address='127.0.0.1', port={port}, verbose=False).start(); time.sleep(86400)"
+    )
+    server = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
     try:
-        host, port = server.get_host_and_port()
-        url = f"http://{host}:{port}"
+        url = f"http://127.0.0.1:{port}"
         creds = {
             "AWS_ACCESS_KEY_ID": "k",
             "AWS_SECRET_ACCESS_KEY": "s",
@@ -115,7 +123,12 @@ def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
             aws_access_key_id="k",
             aws_secret_access_key="s",
         )
-        s3.create_bucket(Bucket="perf")
+        for _ in range(100):
+            try:
+                s3.create_bucket(Bucket="perf")
+                break
+            except Exception:  # the server is still starting
+                time.sleep(0.2)
         src = tmp / "s3.bin"
         _random_file(src, int(S3_GB * GB))
         s3.upload_file(str(src), "perf", "m/model.safetensors")
@@ -129,7 +142,8 @@ def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
             f"| {cpu / (size / GB):.2f} s | {rss / 2**20:.0f} MiB |"
         ]
     finally:
-        server.stop()
+        server.kill()
+        server.wait()
 
 
 def _reverify_rows(tmp: Path, env: dict[str, str]) -> list[str]:
@@ -179,6 +193,12 @@ def _reverify_rows(tmp: Path, env: dict[str, str]) -> list[str]:
     return rows
 
 
+def _own_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main() -> int:
     out = Path(os.environ.get("PERF_OUT", "out/perf")) / "fetch.md"
     env = {
@@ -191,14 +211,17 @@ def main() -> int:
         tmp = Path(name)
         env["HF_HOME"] = str(tmp / "hf-home")
         rows = []
-        for part in (_reverify_rows, _hub_rows, _s3_rows):
-            rows += part(tmp, env)
-            print("\n".join(rows[-3:]), flush=True)
+        for part in (_s3_rows, _hub_rows, _reverify_rows):
+            new = part(tmp, env)
+            print("\n".join(new), flush=True)
+            rows += new
     lines = [
         "# qwen-npu fetch: cost on this machine (make perf-fetch)",
         "",
-        f"{os.cpu_count()} CPUs; servers on 127.0.0.1 in the harness process; each fetch its own "
-        "process (CPU = user + system of that process; RSS = its peak).",
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; servers on "
+        "127.0.0.1 (the hub in the harness process, moto in its own); each fetch its own process "
+        "(CPU = user + system of that process; RSS = its peak, an upper bound: Linux starts a "
+        f"child's peak at its parent's, here {_own_rss_mib():.0f} MiB).",
         "",
         "| what | size | throughput / time | CPU (per GB for fetches) | peak RSS |",
         "| --- | --- | --- | --- | --- |",

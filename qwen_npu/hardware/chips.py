@@ -82,3 +82,18 @@ def verify_op_limit(dtype: str) -> str | None:
         f"the MTP verify op {VERIFY_OP} is built for a bfloat16 state only and checks no dtype: "
         f"it reads {dtype} bytes as bfloat16 (garbled text, no error)"
     )
+
+
+def ssm_state_problem(chip: str, dtype: str, mtp: bool) -> tuple[str, str] | None:
+    """The one rule preflight and the GDN contract both apply: (the op that cannot take it,
+    "prefill" or "verify", and why) for a ``dtype`` SSM state on ``chip`` with MTP on or off;
+    None when both ops read it right. The verify op's limit is its source (bf16 only), whatever
+    the chip: float32 with MTP is refused on Ascend950 too (MTP off, or bf16).
+    """
+    limit = prefill_op_limit(chip, dtype)
+    if limit is not None:
+        return "prefill", f"{limit}, so the first prefill fails"
+    verify = verify_op_limit(dtype)
+    if verify is not None and mtp:
+        return "verify", f"with MTP on, {verify}"
+    return None

@@ -440,13 +440,10 @@ def ssm_dtype(sources: Sources) -> Verdict:
     names = {"flag": "--mamba-ssm-dtype", "env": model_config.SSM_DTYPE_ENV}
     where = names.get(source, source)
     said = f"{dtype} from {where}, {chip_note}"
-    limit = chips.prefill_op_limit(chip, dtype)
-    if limit is not None:
-        return Verdict(FAIL, f"{said}: {limit}; pass --mamba-ssm-dtype bfloat16")
     speculative = _flag(argv, "--speculative-algorithm") is not None
-    verify_limit = chips.verify_op_limit(dtype)
-    if verify_limit is not None and speculative:
-        return Verdict(FAIL, f"{said}, MTP on: {verify_limit}; pass --mamba-ssm-dtype bfloat16")
+    problem = chips.ssm_state_problem(chip, dtype, mtp=speculative)
+    if problem is not None:
+        return Verdict(FAIL, f"{said}: {problem[1]}; pass --mamba-ssm-dtype bfloat16")
     mtp = "MTP on" if speculative else "no --speculative-algorithm"
     return Verdict(PASS, f"{said}, {mtp}: the prefill op takes it")
 

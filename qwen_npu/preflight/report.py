@@ -298,26 +298,12 @@ def _ssm_state_findings(report: Report) -> None:
         f"use --mamba-ssm-dtype {chips.SAFE_SSM_DTYPE} (chart value "
         f"engine.mambaSsmDtype={chips.SAFE_SSM_DTYPE})"
     )
-    limit = chips.prefill_op_limit(opts.chip, dtype)
-    if limit is not None:
-        report.findings.append(
-            finding(
-                "ssm-dtype-unsupported",
-                BLOCKING,
-                f"{where}: {limit}, so the first prefill fails; {fix}",
-            )
-        )
-        return
-    verify = chips.verify_op_limit(dtype)
-    if verify is not None and opts.mtp and c.has_mtp:
-        report.findings.append(
-            finding(
-                "ssm-dtype-verify",
-                WARNING,
-                f"{where} with MTP on: {verify}. Unless `qwen-npu patches verify --json` in the "
-                f"image reports gdn_contract.verify_op pass, {fix} or turn MTP off",
-            )
-        )
+    problem = chips.ssm_state_problem(opts.chip, dtype, mtp=opts.mtp and c.has_mtp)
+    if problem is not None:
+        op, why = problem
+        code = "ssm-dtype-unsupported" if op == "prefill" else "ssm-dtype-verify"
+        also = "" if op == "prefill" else " or turn MTP off (mtp.enabled=false)"
+        report.findings.append(finding(code, BLOCKING, f"{where}: {why}; {fix}{also}"))
 
 
 def _quantization_findings(report: Report) -> None:

@@ -329,8 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--values-mode",
         default="--reuse-values",
-        choices=["--reuse-values", "--reset-then-reuse-values"],
-        help="helm upgrade's values mode (--reset-then-reuse-values with a newer chart)",
+        help="helm upgrade's values flag (--reset-then-reuse-values with a newer chart)",
     )
     p.add_argument("--sidecar-port", type=int, default=9400)
     p.add_argument("--router-port", type=int, default=30000)

@@ -35,7 +35,8 @@ Outcome = Literal["ok", "unavailable", "unhealthy", "http_error", "timeout", "re
 HARD_FAILURES: tuple[Outcome, ...] = ("timeout", "refused", "unhealthy")
 #: SGLang answers 503 at once while starting or shutting down, but only after at least one second
 #: of waiting (its check loop sleeps 1 s per round) when its own 1-token generate got no output:
-#: a 503 that slow means a stuck scheduler, not a drain.
+#: a 503 that slow means a stuck scheduler, not a drain. Checked against SGLang 0.5.23's own handler
+#: (tests/serve/sidecar/test_sglang_health.py); it holds for SGLANG_HEALTH_CHECK_TIMEOUT >= 1.
 STUCK_503_MIN_S = 0.9
 
 

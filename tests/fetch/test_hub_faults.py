@@ -10,6 +10,8 @@ import errno
 import hashlib
 import json
 import shutil
+import subprocess
+import threading
 from collections import namedtuple
 from pathlib import Path
 
@@ -17,8 +19,9 @@ import pytest
 
 from qwen_npu.fetch import run as run_module
 from qwen_npu.fetch import transfer
+from qwen_npu.fetch.cli import main
 from qwen_npu.fetch.layout import Revision, Store
-from tests.fetch.conftest import BIG, RunFetch, error_line, repo_files
+from tests.fetch.conftest import BIG, FAST, RunFetch, error_line, repo_files
 from tests.fetch.hubserver import Hub, Repo
 
 SCHEMES = ["hf", "modelscope"]
@@ -284,3 +287,52 @@ def test_should_refuse_dest_it_did_not_make(run_fetch: RunFetch, tmp_path: Path)
     assert code == 2
     assert "was not made by qwen-npu fetch" in error_line(err)
     shutil.rmtree(tmp_path / "m")
+
+
+def test_should_stop_on_a_real_full_disk_and_resume_once_space_is_back(
+    hub: Hub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A 4 MiB tmpfs (the tests run as root, as CI does) fills up while the shard is half-sent."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+    )
+    assert mounted.returncode == 0, f"cannot mount a small tmpfs: {mounted.stderr}"
+    try:
+        gate, reached = threading.Event(), threading.Event()
+        hub.faults.gate[BIG] = gate
+        hub.faults.gate_reached[BIG] = reached
+        dest = disk / "m"
+        codes: list[int] = []
+        worker = threading.Thread(
+            target=lambda: codes.append(main(["hf://org/model", str(dest), *FAST, "--jobs", "1"]))
+        )
+        worker.start()
+        assert reached.wait(60)
+        filler = disk / "filler"
+        with filler.open("wb") as f:  # take every byte left
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        gate.set()
+        worker.join(60)
+        err = capsys.readouterr().err
+        assert codes == [3], err
+        assert "the disk filled up during the fetch (No space left on device)" in error_line(err)
+        _assert_not_complete(dest)
+        filler.unlink()
+        del hub.faults.gate[BIG]
+        assert main(["hf://org/model", str(dest), *FAST]) == 0, capsys.readouterr().err
+        _assert_complete(dest, hub.repos["org/model"].files)
+        offsets = [r for n, r in hub.ranges if n == BIG]
+        assert offsets[0] is None and str(offsets[-1]).startswith(
+            "bytes="
+        )  # resumed, not restarted
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

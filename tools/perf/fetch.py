@@ -12,12 +12,13 @@ Writes out/perf/fetch.md and prints it. Figures:
   are sparse files, so the sha256 figure is the hashing cost without the disk's read time.
 
 The hub runs in this process, moto in its own; each fetch runs as its own process, so its CPU
-and RSS are its own (``os.wait4``).
+and RSS are its own (``os.wait4`` in a small launcher process).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import subprocess
@@ -47,25 +48,44 @@ def _random_file(path: Path, size: int) -> None:
             block = block[1:] + block[:1]  # no two blocks alike
 
 
+# Linux starts a child's peak RSS at its parent's (the high-water mark is carried over fork and
+# exec): a small launcher process starts each fetch, so the fetch's peak is its own.
+_LAUNCHER = (
+    "import json, os, subprocess, sys; "
+    "p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL); "
+    "_, status, u = os.wait4(p.pid, 0); "
+    "open(sys.argv[1], 'w').write(json.dumps([os.waitstatus_to_exitcode(status), "
+    "u.ru_utime + u.ru_stime, u.ru_maxrss * 1024]))"
+)
+
+
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
-    """Wall seconds, CPU seconds, peak RSS bytes of one fetch process (``wait4``); its stderr."""
-    with tempfile.TemporaryFile(mode="w+") as err:
+    """Wall seconds, CPU seconds, peak RSS bytes of one fetch process; its stderr."""
+    with tempfile.TemporaryDirectory() as tmp:
+        usage = Path(tmp) / "usage.json"
         start = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "qwen_npu", "fetch", *argv],
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _LAUNCHER,
+                str(usage),
+                sys.executable,
+                "-m",
+                "qwen_npu",
+                "fetch",
+                *argv,
+            ],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
+            capture_output=True,
             text=True,
+            check=False,
         )
-        _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        log = err.read()
-    if proc.returncode != 0:
-        raise SystemExit(f"perf-fetch: {' '.join(argv)} failed:\n{log[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, log
+        code, cpu, rss = json.loads(usage.read_text())
+    if code != 0:
+        raise SystemExit(f"perf-fetch: {' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+    return wall, float(cpu), int(rss), proc.stderr
 
 
 def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
@@ -193,12 +213,6 @@ def _reverify_rows(tmp: Path, env: dict[str, str]) -> list[str]:
     return rows
 
 
-def _own_rss_mib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def main() -> int:
     out = Path(os.environ.get("PERF_OUT", "out/perf")) / "fetch.md"
     env = {
@@ -220,8 +234,8 @@ def main() -> int:
         "",
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; servers on "
         "127.0.0.1 (the hub in the harness process, moto in its own); each fetch its own process "
-        "(CPU = user + system of that process; RSS = its peak, an upper bound: Linux starts a "
-        f"child's peak at its parent's, here {_own_rss_mib():.0f} MiB).",
+        "(CPU = user + system of that process; RSS = its peak, measured through a small launcher "
+        "so that it is not the harness's).",
         "",
         "| what | size | throughput / time | CPU (per GB for fetches) | peak RSS |",
         "| --- | --- | --- | --- | --- |",

@@ -6,6 +6,7 @@ import itertools
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from qwen_npu.serve.sim.config import (
 from qwen_npu.serve.sim.pricing import acceptance_distribution
 
 
-def bad_keys(flags: dict[str, object]) -> set[str]:
+def bad_keys(flags: Mapping[str, object]) -> set[str]:
     """The keys a ConfigError names for ``flags`` (every problem, one line)."""
     with pytest.raises(ConfigError) as exc:
         build(flags, env={})

@@ -265,6 +265,17 @@ class Cluster:
     def router_url(self) -> str:
         return f"http://127.0.0.1:{self.router_port}"
 
+    def tokenizer_dir(self) -> Path:
+        """A local tokenizer every replica reports as its model path, as an engine reports its
+        checkpoint directory: the router then loads it from disk (the chart mounts the model
+        volume in the router, router.mountModel) instead of asking the Hugging Face hub."""
+        folder = self.workdir / "model"
+        if not (folder / "tokenizer.json").exists():
+            from tests.support.tokenizer import build_tokenizer
+
+            build_tokenizer(folder)
+        return folder
+
     def start_replica(self, startup_delay_s: float = 0.0) -> Replica:
         self._n += 1
         name = f"r{self._n}"
@@ -274,7 +285,7 @@ class Cluster:
         cmd = [sys.executable, "-m", "qwen_npu", "sim", "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--ttft-ms", str(s.ttft_ms), "--itl-ms", str(s.itl_ms)]
         cmd += ["--health-check-poll-s", "0.02", "--startup-delay-s", str(startup_delay_s)]
-        cmd += ["--seed", str(self._n)]
+        cmd += ["--seed", str(self._n), "--model-path", str(self.tokenizer_dir())]
         proc = processes.start(cmd, log=log, env={"QWEN_NPU_DRAIN_CHECK_S": str(s.drain_check_s)})
         scmd = [sys.executable, "-m", "qwen_npu", "sidecar", "--host", "127.0.0.1"]
         scmd += ["--port", str(sport), "--engine-url", f"http://127.0.0.1:{port}"]
@@ -297,7 +308,7 @@ class Cluster:
         check_flags(args)
         cmd = [str(router_bin()), "launch", *args]
         log = self.workdir / "router.log"
-        # No hub downloads: the router would try to fetch the served model's tokenizer.
+        # The chart's router environment; the tokenizer itself comes from tokenizer_dir().
         self.router = processes.start(cmd, log=log, env={"HF_HUB_OFFLINE": "1"})
         n = len(self.replicas)
         processes.wait_until(
@@ -659,6 +670,7 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
         "concurrency": s.concurrency,
         "sent": len(outs),
         "failed": len(failed),
+        "router_hub_requests": hub_requests(wd / "router.log"),
         "errors": errors,
         "retried_by_router": int(retried),
         "in_flight_on_bad": ev.in_flight_on_bad,
@@ -673,6 +685,19 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
         **ev.notes,
         "settings": asdict(s),
     }
+
+
+#: What sglang-router 0.3.2 logs when it asks the hub for a tokenizer (one line per attempt).
+_HUB = re.compile(r"huggingface\.co|from HuggingFace", re.IGNORECASE)
+
+
+def hub_requests(router_log: Path) -> int:
+    """Lines of the router's log that show a request to the Hugging Face hub."""
+    if not router_log.exists():
+        return 0
+    return sum(
+        1 for line in router_log.read_text(errors="replace").splitlines() if _HUB.search(line)
+    )
 
 
 def _ms(v: float | None) -> float | None:

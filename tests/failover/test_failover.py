@@ -51,6 +51,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def run(name: str, workdir: Path) -> dict[str, Any]:
     rec = failover.run_scenario(name, FAST, workdir)
     assert rec["sent"] > FAST.warm_requests, rec
+    assert rec["router_hub_requests"] == 0, "the router asked the Hugging Face hub (router.log)"
     return rec
 
 
@@ -147,3 +148,14 @@ def test_bounds_are_interval_times_misses_plus_timeouts_for_a_hang() -> None:
     s = replace(FAST, health_interval_s=3, failure_threshold=4, health_timeout_s=2)
     assert s.eject_bound_s() == 12.0
     assert s.bound_for("kill") == 12.0 and s.bound_for("hang") == 20.0
+
+
+def test_hub_requests_are_counted_from_the_router_log(tmp_path: Path) -> None:
+    log = tmp_path / "router.log"
+    log.write_text(
+        "INFO Loading tokenizer '/m' from source: /m\n"
+        "WARN Failed to load tokenizer for model q from q: Failed to download tokenizer from "
+        "HuggingFace: error sending request for url (https://huggingface.co/api/models/q)\n"
+    )
+    assert failover.hub_requests(log) == 1
+    assert failover.hub_requests(tmp_path / "missing.log") == 0

@@ -78,3 +78,35 @@ def test_superpod_block_annotation() -> None:
 )
 def test_bad_fleet_values_fail_in_one_line(values: dict[str, Any], names: str) -> None:
     assert names in render_error(values)
+
+
+def _router(values: dict[str, Any]) -> dict[str, Any]:
+    docs = chart.render_docs({"router": {"enabled": True}, **values})
+    (router,) = [
+        d for d in chart.find(docs, "Deployment") if d["metadata"]["name"].endswith("-router")
+    ]
+    spec: dict[str, Any] = router["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("values", "mounted"),
+    [
+        ({}, True),  # pvc: the router reads each engine's tokenizer from the model volume
+        ({"model": {"source": "hostPath", "hostPath": {"path": "/data/models"}}}, False),
+        ({"model": {"source": "hostPath", "hostPath": {"path": "/data/models"}},
+          "router": {"enabled": True, "mountModel": "true"}}, True),
+    ],
+)  # fmt: skip
+def test_the_router_reads_tokenizers_from_the_model_volume(
+    values: dict[str, Any], mounted: bool
+) -> None:
+    spec = _router(values)
+    (container,) = spec["containers"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert ("/models" in mounts) is mounted
+    if mounted:
+        assert mounts["/models"]["readOnly"] is True
+        assert any(v["name"] == "model" for v in spec["volumes"])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1"

@@ -578,3 +578,10 @@ router's `--help`.
 {{- end }}
 {{- $q }}
 {{- end }}
+
+{{/* "true" when the router mounts the model volume (router.mountModel; auto = the pvc source). */}}
+{{- define "qwen-npu.routerMountsModel" -}}
+{{- $m := toString .Values.router.mountModel }}
+{{- if or (eq $m "true") (and (eq $m "auto") (eq .Values.model.source "pvc")) }}true{{ end }}
+{{- end }}
+

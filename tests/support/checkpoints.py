@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,6 +319,29 @@ TOKENIZER_FILES = {
 }
 
 
+#: The description and index texts of the last checkpoint shapes written (a 397B pair is ~25 MB).
+_LARGE_FILES: OrderedDict[str, tuple[str, str, list[str]]] = OrderedDict()
+_LARGE_FILES_KEPT = 6
+
+
+def _large_files(config: Mapping[str, Any], schemes: Schemes | None) -> tuple[str, str, list[str]]:
+    """The description's and the index's JSON texts and the shard names for ``config``.
+
+    Many tests write the same checkpoint shape; building a 397B description (~290k keys) and its
+    index takes seconds of CPU, so each shape is built once per process and its texts reused.
+    """
+    key = json.dumps(config, sort_keys=True) + repr(schemes or Schemes())
+    if key not in _LARGE_FILES:
+        desc = make_description(config, schemes)
+        idx = make_index(config, desc)
+        shards = sorted(set(idx["weight_map"].values()))
+        _LARGE_FILES[key] = (json.dumps(desc), json.dumps(idx), shards)
+        while len(_LARGE_FILES) > _LARGE_FILES_KEPT:
+            _LARGE_FILES.popitem(last=False)
+    _LARGE_FILES.move_to_end(key)
+    return _LARGE_FILES[key]
+
+
 def write_checkpoint(
     root: Path,
     size: str = "35B-A3B",
@@ -345,16 +369,16 @@ def write_checkpoint(
         text = config["text_config"] if vl else config
         text.update(config_overrides)
     (root / "config.json").write_text(json.dumps(config, indent=2))
-    desc = make_description(config, schemes)
+    desc_text, index_text, shards = _large_files(config, schemes)
     if description:
-        (root / "quant_model_description.json").write_text(json.dumps(desc))
+        (root / "quant_model_description.json").write_text(desc_text)
     if index:
-        idx = make_index(config, desc)
-        (root / "model.safetensors.index.json").write_text(json.dumps(idx))
+        (root / "model.safetensors.index.json").write_text(index_text)
         if shard_headers:
-            write_shard_headers(root, idx, tensor_sizes(config, desc))
+            desc = make_description(config, schemes)
+            write_shard_headers(root, make_index(config, desc), tensor_sizes(config, desc))
         elif shard_files:
-            for shard in sorted(set(idx["weight_map"].values())):
+            for shard in shards:
                 (root / shard).touch()
     if tokenizer:
         for name, body in TOKENIZER_FILES.items():

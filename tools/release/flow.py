@@ -131,8 +131,10 @@ class ImageSpec:
 
 
 def local_layout(spec: ImageSpec, cache: Path) -> oci.Image:
-    """The image as an OCI layout under `cache` (skopeo copy, reused while the source is
-    unchanged: a warm release recompresses nothing)."""
+    """The image as an OCI layout under `cache` (skopeo copy). The layout is kept between
+    releases: an unchanged source is not copied again, and a rebuilt one (a new commit changes
+    only the labels and the top layers) reuses the compressed layers already there
+    (containers/image's blob-info cache maps each layer to its compressed blob)."""
     if spec.source.startswith("oci:"):
         path, _, ref = spec.source.removeprefix("oci:").partition(":")
         return oci.read_layout(Path(path), ref or None)
@@ -143,8 +145,9 @@ def local_layout(spec: ImageSpec, cache: Path) -> oci.Image:
     layout = cache / spec.name
     stamp = layout / f"source-{source_digest.replace(':', '-')}"
     if not stamp.is_file():
-        shutil.rmtree(layout, ignore_errors=True)
-        layout.mkdir(parents=True)
+        layout.mkdir(parents=True, exist_ok=True)
+        for old in layout.glob("source-*"):
+            old.unlink()
         say("image_convert", image=spec.name, source=spec.source, to=f"oci:{layout}")
         signing.run(
             [
@@ -158,6 +161,12 @@ def local_layout(spec: ImageSpec, cache: Path) -> oci.Image:
             ],
             what=f"copying {spec.source} into an OCI layout",
         )
+        image = oci.read_layout(layout, spec.name)
+        keep = {b.digest.removeprefix("sha256:") for b in image.blobs()}
+        keep.add(image.digest.removeprefix("sha256:"))
+        for blob in (layout / "blobs" / "sha256").iterdir():
+            if blob.name not in keep:
+                blob.unlink()
         stamp.write_text(spec.source + "\n")
     return oci.read_layout(layout, spec.name)
 

@@ -21,6 +21,9 @@ import yaml
 
 from .stand_ins import calls, install, make
 
+# Slow: renders every profile through make; test-fast keeps the other oncall tests.
+pytestmark = pytest.mark.slow
+
 CHART = Path(__file__).resolve().parents[2] / "helm" / "qwen-npu"
 PROFILES = sorted((CHART / "profiles").glob("*.yaml"))
 SELECTOR_KEYS = {"selector", "podSelector", "matchLabels", "namespaceSelector"}

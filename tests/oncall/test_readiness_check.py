@@ -9,11 +9,16 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from qwen_npu import processes
 from qwen_npu.processes import free_port
 from qwen_npu.serve.sim.testing import running_sim
 
 from .stand_ins import install, make
+
+# Slow: starts sidecar processes; test-fast keeps the other oncall tests.
+pytestmark = pytest.mark.slow
 
 
 @contextlib.contextmanager

@@ -20,6 +20,9 @@ from qwen_npu.processes import wait_until
 from qwen_npu.serve.sim.testing import running_sim
 from tests.serve.sidecar.conftest import fast_settings, metric
 
+# Slow: a simulator and a sidecar process per module; test-fast keeps test_app.py (fake engine).
+pytestmark = pytest.mark.slow
+
 SIM: dict[str, Any] = {
     "health_check_poll_s": 0.05,
     "health_check_timeout_s": 1.0,

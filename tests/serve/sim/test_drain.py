@@ -21,6 +21,9 @@ import pytest
 
 from qwen_npu import processes
 
+# Slow: every test starts and signals a simulator process; test-fast keeps the sim's config tests.
+pytestmark = pytest.mark.slow
+
 FAST_CHECK = {"QWEN_NPU_DRAIN_CHECK_S": "0.02"}
 
 

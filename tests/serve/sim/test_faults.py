@@ -15,6 +15,9 @@ from qwen_npu.serve.sim.tokens import GARBLE_PERIOD
 
 from .test_server import gen_body
 
+# Slow: every test starts a simulator process; test-fast keeps the sim's config and pricing tests.
+pytestmark = pytest.mark.slow
+
 
 def patch(c: httpx.Client, url: str, **faults: object) -> httpx.Response:
     r = c.patch(url + "/sim/faults", json=faults)

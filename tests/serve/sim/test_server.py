@@ -11,8 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 
 from qwen_npu.serve.sim.testing import running_sim, wait_ready
+
+# Slow: every test starts simulator processes; test-fast keeps the sim's config and pricing tests.
+pytestmark = pytest.mark.slow
 
 
 def sse(resp: httpx.Response) -> list[Any]:

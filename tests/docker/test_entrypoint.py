@@ -424,3 +424,19 @@ def test_other_commands_skip_the_npu_check(repo: Path, sandbox: dict[str, object
     done = run(repo, sandbox, python, "preflight", QWEN_NPU_EXPECTED_NPUS="8", QWEN_NPU_DEV_DIR=dev)
     assert done.returncode == 0, done.stderr
     assert "npu_count" not in done.stderr
+
+
+@pytest.mark.parametrize("caller", ["set -e", "set +e"])
+def test_sourcing_the_cann_environment_keeps_the_callers_errexit(
+    repo: Path, sandbox: dict[str, object], caller: str
+) -> None:
+    """`$(set +o)` runs in a subshell, which does not inherit errexit: the restore must keep it."""
+    env = dict(sandbox["env"])  # type: ignore[call-overload]
+    script = f'{caller}; . "$QWEN_NPU_CANN_ENV_FILE"; echo "flags=$-"; false; echo after-false'
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert "flags=" in done.stdout, done.stderr
+    if caller == "set -e":
+        assert "e" in done.stdout.split("flags=")[1].split()[0]
+        assert "after-false" not in done.stdout and done.returncode == 1
+    else:
+        assert "after-false" in done.stdout and done.returncode == 0

@@ -12,6 +12,9 @@ FROM python:${SIDECAR_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG PIP_INDEX_URL=https://pypi.org/simple
+# The extras installed: `sidecar` for the sidecar image; `sidecar,fetch` for the fetch image (the
+# model.fetch staging Job: the hub and object-store clients, `make image-fetch`).
+ARG EXTRAS=sidecar
 COPY pyproject.toml README.md /src/
 COPY qwen_npu /src/qwen_npu
 COPY docker/sidecar-constraints.txt /src/docker/sidecar-constraints.txt
@@ -20,7 +23,7 @@ RUN python -m pip wheel --index-url "${PIP_INDEX_URL}" --no-deps -w /dist /src \
     && python -m venv /opt/venv \
     && wheel="$(find /dist -name 'qwen_npu-*.whl')" \
     && /opt/venv/bin/pip install --index-url "${PIP_INDEX_URL}" \
-        -c /src/docker/sidecar-constraints.txt "${wheel}[sidecar]" \
+        -c /src/docker/sidecar-constraints.txt "${wheel}[${EXTRAS}]" \
     && /opt/venv/bin/pip uninstall -y pip setuptools
 
 FROM python:${SIDECAR_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS sidecar

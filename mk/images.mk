@@ -23,6 +23,7 @@ VCS_REF ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 ENGINE_TAG := $(if $(filter 910b,$(CHIP)),$(TAG),$(TAG)-$(CHIP))
 ENGINE_IMAGE := $(REGISTRY)/engine:$(ENGINE_TAG)
 SIDECAR_IMAGE := $(REGISTRY)/sidecar:$(TAG)
+FETCH_IMAGE := $(REGISTRY)/fetch:$(TAG)
 
 IMAGE_PLATFORMS := linux/amd64 linux/arm64
 IMAGE_CHIPS := 910b a3
@@ -44,7 +45,7 @@ define check_platform
 @case " $(IMAGE_PLATFORMS) " in *" $(PLATFORM) "*) ;; *) echo "make $@: PLATFORM=$(PLATFORM) is not one of: $(IMAGE_PLATFORMS); set PLATFORM=linux/amd64 or PLATFORM=linux/arm64"; exit 2;; esac
 endef
 
-.PHONY: image image-sidecar push image-lint images-wheelhouse
+.PHONY: image image-sidecar image-fetch push image-lint images-wheelhouse
 
 image: ## build the engine image (REGISTRY, TAG, PLATFORM, CHIP=910b|a3)
 	$(check_platform)
@@ -61,10 +62,20 @@ image-sidecar: ## build the sidecar image (REGISTRY, TAG, PLATFORM)
 		$(SIDECAR_BUILD_ARGS) -t $(SIDECAR_IMAGE) .
 	@echo ">> built $(SIDECAR_IMAGE) ($(PLATFORM)); its size must stay under 200 MB: $(DOCKER) image ls $(SIDECAR_IMAGE)"
 
-push: ## push the engine and sidecar images (REGISTRY, TAG, CHIP)
+# The model.fetch staging Job's image: the sidecar's Dockerfile with the fetch extra (huggingface_hub,
+# modelscope, boto3: too large for the sidecar's 200 MB budget, so an image of its own).
+image-fetch: ## build the fetch image for model.fetch (REGISTRY, TAG, PLATFORM)
+	$(check_platform)
+	$(need_docker)
+	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --platform $(PLATFORM) -f docker/sidecar.Dockerfile \
+		$(SIDECAR_BUILD_ARGS) --build-arg EXTRAS=sidecar,fetch -t $(FETCH_IMAGE) .
+	@echo ">> built $(FETCH_IMAGE) ($(PLATFORM)); the chart's image.fetch points at it"
+
+push: ## push the engine, sidecar and fetch images (REGISTRY, TAG, CHIP)
 	$(need_docker)
 	$(DOCKER) push $(ENGINE_IMAGE)
 	$(DOCKER) push $(SIDECAR_IMAGE)
+	$(DOCKER) image inspect $(FETCH_IMAGE) >/dev/null 2>&1 && $(DOCKER) push $(FETCH_IMAGE) || echo ">> $(FETCH_IMAGE) not built (make image-fetch): not pushed"
 
 image-lint: $(STAMP) tools-shellcheck ## hadolint both Dockerfiles, shellcheck every shell script
 	$(BIN)/hadolint docker/engine.Dockerfile docker/sidecar.Dockerfile

@@ -29,7 +29,11 @@ def test_slim_python_base_from_the_versions_file(
 
 def test_installs_the_sidecar_extra_held_by_the_constraints_file(sidecar: Dockerfile) -> None:
     runs = " ".join(i.args for i in sidecar.stage("builder").all("RUN"))
-    assert '"${wheel}[sidecar]"' in runs
+    assert (
+        '"${wheel}[${EXTRAS}]"' in runs
+    )  # EXTRAS: sidecar by default, sidecar,fetch for image-fetch
+    args = " ".join(i.args for i in sidecar.stage("builder").all("ARG"))
+    assert "EXTRAS=sidecar" in args.split()
     assert "-c /src/docker/sidecar-constraints.txt" in runs
     assert "pip uninstall -y pip setuptools" in runs
     final = sidecar.stage("sidecar")

@@ -169,8 +169,8 @@ model.fetch.credentials.keys without model.fetch.credentials.existingSecret: nam
 {{/* The fetch container (the Job's, or the node-local init container). Call with the root. */}}
 {{- define "qwen-npu.fetchContainer" -}}
 - name: fetch
-  image: {{ include "qwen-npu.image" (dict "root" . "image" .Values.image.sidecar) }}
-  imagePullPolicy: {{ .Values.image.sidecar.pullPolicy }}
+  image: {{ include "qwen-npu.image" (dict "root" . "image" .Values.image.fetch) }}
+  imagePullPolicy: {{ .Values.image.fetch.pullPolicy }}
   command:
     - qwen-npu
     - fetch

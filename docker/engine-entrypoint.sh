@@ -42,13 +42,40 @@ qwen_npu_device_nodes() {  # the N of every /dev/davinciN the container sees, as
     done | sort -n
 }
 
+# The chips the device plugin actually allocated, from the pod annotation huawei.com/AscendReal
+# (e.g. "Ascend910-4,Ascend910-5" -> "4,5"), which the chart hands the engine as a downwardAPI file
+# (QWEN_NPU_POD_ANNOTATIONS). Empty when the file or the annotation is not there.
+qwen_npu_ascend_real() {
+    local file="${QWEN_NPU_POD_ANNOTATIONS:-/etc/qwen-npu/podinfo/annotations}" line entry ids=""
+    [ -r "$file" ] || return 0
+    line="$(grep -m1 '^huawei\.com/AscendReal=' "$file" 2>/dev/null)" || return 0
+    line="${line#*=}"
+    line="${line//\"/}"
+    local IFS=,
+    for entry in $line; do
+        entry="${entry##*-}"
+        if [[ "$entry" =~ ^[0-9]+$ ]]; then ids="${ids:+$ids,}$entry"; fi
+    done
+    echo "$ids"
+}
+
 qwen_npu_map_devices() {
-    if [ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ] || [ -z "${ASCEND_VISIBLE_DEVICES:-}" ]; then
+    local real allocation="${ASCEND_VISIBLE_DEVICES:-}"
+    real="$(qwen_npu_ascend_real)"
+    if [ -n "$real" ]; then
+        # The device plugin's record wins: ASCEND_VISIBLE_DEVICES may carry the scheduler's pick.
+        if [ -n "$allocation" ] && [ "$allocation" != "$real" ]; then
+            echo "qwen-npu-entrypoint level=warning event=allocation_disagrees ASCEND_VISIBLE_DEVICES=$allocation" \
+                "AscendReal=$real next=\"using huawei.com/AscendReal (the chips the device plugin allocated)\"" >&2
+        fi
+        allocation="$real"
+    fi
+    if [ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ] || [ -z "$allocation" ]; then
         return 0
     fi
     local -a allocated seen
     local id position logical=""
-    mapfile -t allocated < <(qwen_npu_ids "$ASCEND_VISIBLE_DEVICES")
+    mapfile -t allocated < <(qwen_npu_ids "$allocation")
     mapfile -t seen < <(qwen_npu_device_nodes)
     if [ "${#seen[@]}" -le "${#allocated[@]}" ]; then
         return 0  # the runtime sees only what was allocated (or less: the count check says so)
@@ -60,12 +87,12 @@ qwen_npu_map_devices() {
                 continue 2
             fi
         done
-        echo "qwen-npu-entrypoint level=error event=allocated_npu_not_visible ASCEND_VISIBLE_DEVICES=$ASCEND_VISIBLE_DEVICES" \
+        echo "qwen-npu-entrypoint level=error event=allocated_npu_not_visible allocated=$allocation" \
             "missing=$id seen=$(IFS=,; echo "${seen[*]}") next=\"give the container the allocated devices (device plugin) or set ASCEND_RT_VISIBLE_DEVICES\"" >&2
         exit 3
     done
     export ASCEND_RT_VISIBLE_DEVICES="$logical"
-    echo "qwen-npu-entrypoint level=info event=visible_devices_mapped ASCEND_VISIBLE_DEVICES=$ASCEND_VISIBLE_DEVICES" \
+    echo "qwen-npu-entrypoint level=info event=visible_devices_mapped allocated=$allocation" \
         "seen=${#seen[@]} ASCEND_RT_VISIBLE_DEVICES=$ASCEND_RT_VISIBLE_DEVICES" >&2
 }
 qwen_npu_map_devices

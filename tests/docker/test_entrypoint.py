@@ -286,6 +286,46 @@ def test_an_allocated_device_the_container_does_not_see_stops_it(
     assert not Path(str(sandbox["record"])).exists()
 
 
+def annotations(sandbox: dict[str, object], text: str) -> str:
+    """A stand-in of the chart's downwardAPI annotations file."""
+    path = (
+        Path(str(sandbox["tmp"]))
+        / f"annotations{len(list(Path(str(sandbox['tmp'])).glob('annotations*')))}"
+    )
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("visible", "real", "seen", "runtime"),
+    [
+        ("", "Ascend910-4,Ascend910-5", tuple(range(8)), "4,5"),  # only the device plugin's record
+        ("0,1", "Ascend910-4,Ascend910-5", tuple(range(8)), "4,5"),  # the record wins, one warning
+        ("4,5", "", tuple(range(8)), "4,5"),  # no annotation: ASCEND_VISIBLE_DEVICES as before
+    ],
+)
+def test_the_device_plugins_ascend_real_annotation_is_the_allocation(
+    repo: Path,
+    sandbox: dict[str, object],
+    visible: str,
+    real: str,
+    seen: tuple[int, ...],
+    runtime: str,
+) -> None:
+    text = 'kubernetes.io/config.seen="x"\n'
+    if real:
+        text += f'huawei.com/AscendReal="{real}"\nhuawei.com/Ascend910="Ascend910-0,Ascend910-1"\n'
+    env = {"QWEN_NPU_POD_ANNOTATIONS": annotations(sandbox, text)}
+    if visible:
+        env["ASCEND_VISIBLE_DEVICES"] = visible
+    dev = fake_devices(sandbox, *davinci(*seen))
+    done = run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="2", QWEN_NPU_DEV_DIR=dev, **env)
+    assert done.returncode == 0, done.stderr
+    assert record(sandbox)["rt_visible"] == runtime
+    disagrees = [x for x in lines(done, "warning") if "event=allocation_disagrees" in x]
+    assert len(disagrees) == (1 if visible and real and visible != "4,5" else 0), done.stderr
+
+
 def test_an_explicit_runtime_variable_is_kept(repo: Path, sandbox: dict[str, object]) -> None:
     dev = fake_devices(sandbox, *davinci(*range(8)))
     done = run(

@@ -110,3 +110,14 @@ def test_the_router_reads_tokenizers_from_the_model_volume(
         assert any(v["name"] == "model" for v in spec["volumes"])
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_engine_sees_its_pod_annotations_for_ascend_real() -> None:
+    for template in _templates({}).values():
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        (item,) = volumes["podinfo"]["downwardAPI"]["items"]
+        assert item == {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+        engine = chart.container(template, "engine")
+        assert engine is not None
+        mounts = {m["name"]: m["mountPath"] for m in engine["volumeMounts"]}
+        assert mounts["podinfo"] == "/etc/qwen-npu/podinfo"  # the entrypoint's default file

@@ -282,6 +282,10 @@ spec:
           mountPath: {{ include "qwen-npu.stateDir" $root }}
         - name: engine-home
           mountPath: {{ include "qwen-npu.engineHome" $root }}
+        {{- /* The pod's annotations: the entrypoint reads the device plugin's huawei.com/AscendReal. */}}
+        - name: podinfo
+          mountPath: /etc/qwen-npu/podinfo
+          readOnly: true
         {{- include "qwen-npu.npuMounts" $root | nindent 8 }}
         {{- with $v.engine.extraVolumeMounts }}
         {{- toYaml . | nindent 8 }}
@@ -291,6 +295,12 @@ spec:
     {{- with include "qwen-npu.fetchPodVolumes" $root }}
     {{- . | nindent 4 }}
     {{- end }}
+    - name: podinfo
+      downwardAPI:
+        items:
+          - path: annotations
+            fieldRef:
+              fieldPath: metadata.annotations
     - name: dshm
       emptyDir:
         medium: Memory

@@ -21,20 +21,16 @@ RELEASE_CLI := $(BIN)/python -m tools.release
 BUILD_REGISTRY := ghcr.io/qwen-npu
 CHART_VERSION = $(shell sed -n 's/^version: *//p' helm/qwen-npu/Chart.yaml)
 VERSION ?= $(CHART_VERSION)
-ENGINE_FLAVOUR ?= $(if $(shell $(DOCKER) info >/dev/null 2>&1 && echo y),npu,cpu)
+# npu (a Docker host: `make image`, read from the daemon), cpu (here: the stand-in, podman) or auto
+# (npu when `docker info` answers). Decided in the recipe, so no other make call runs docker.
+ENGINE_FLAVOUR ?= auto
 RELEASE_BUILD ?= 1
-ifeq ($(ENGINE_FLAVOUR),npu)
-ENGINE_RELEASE_TAG = $(ENGINE_TAG)
-ENGINE_SOURCE ?= docker-daemon:$(BUILD_REGISTRY)/engine:$(ENGINE_TAG)
-SIDECAR_SOURCE ?= docker-daemon:$(BUILD_REGISTRY)/sidecar:$(TAG)
-RELEASE_BUILDS = $(MAKE) --no-print-directory image image-sidecar REGISTRY=$(BUILD_REGISTRY)
-else
-# The stand-in is never published as the engine's own tag: its tag says what it is.
-ENGINE_RELEASE_TAG = $(ENGINE_TAG)-cpu-standin
-ENGINE_SOURCE ?= containers-storage:$(BUILD_REGISTRY)/engine:$(ENGINE_TAG)-cpu-standin
-SIDECAR_SOURCE ?= containers-storage:$(BUILD_REGISTRY)/sidecar:$(TAG)
-RELEASE_BUILDS = $(MAKE) --no-print-directory image-test-build REGISTRY=$(BUILD_REGISTRY)
-endif
+ENGINE_SOURCE ?=
+SIDECAR_SOURCE ?=
+NPU_ENGINE_SOURCE = docker-daemon:$(BUILD_REGISTRY)/engine:$(ENGINE_TAG)
+NPU_SIDECAR_SOURCE = docker-daemon:$(BUILD_REGISTRY)/sidecar:$(TAG)
+CPU_ENGINE_SOURCE = containers-storage:$(BUILD_REGISTRY)/engine:$(ENGINE_TAG)-cpu-standin
+CPU_SIDECAR_SOURCE = containers-storage:$(BUILD_REGISTRY)/sidecar:$(TAG)
 SIGNING_KEYRING ?= $(RELEASE_OUT)/$(VERSION)/keys/site.gpg
 
 define need_var
@@ -46,10 +42,20 @@ endef
 release: $(STAMP) tools-release ## push, sign and digest-pin the images and the chart (REGISTRY=host:port/ns SIGNING_KEY=<fpr>)
 	@case "$(origin REGISTRY)" in "command line"|environment*|override) ;; *) echo "make $@: give the registry to release to: make release REGISTRY=host:port/namespace"; exit 2;; esac
 	$(call need_var,SIGNING_KEY,give the fingerprint of the site's signing key in GNUPGHOME (docs/images.md))
-	@if [ "$(RELEASE_BUILD)" = 1 ]; then $(RELEASE_BUILDS); fi
+	@flavour="$(ENGINE_FLAVOUR)"; \
+	if [ "$$flavour" = auto ]; then if $(DOCKER) info >/dev/null 2>&1; then flavour=npu; else flavour=cpu; fi; fi; \
+	case "$$flavour" in \
+		npu) tag="$(ENGINE_TAG)"; engine="$(or $(ENGINE_SOURCE),$(NPU_ENGINE_SOURCE))"; sidecar="$(or $(SIDECAR_SOURCE),$(NPU_SIDECAR_SOURCE))"; \
+			build="$(MAKE) --no-print-directory image image-sidecar REGISTRY=$(BUILD_REGISTRY)";; \
+		cpu) tag="$(ENGINE_TAG)-cpu-standin"; engine="$(or $(ENGINE_SOURCE),$(CPU_ENGINE_SOURCE))"; sidecar="$(or $(SIDECAR_SOURCE),$(CPU_SIDECAR_SOURCE))"; \
+			build="$(MAKE) --no-print-directory image-test-build REGISTRY=$(BUILD_REGISTRY)";; \
+		*) echo "make $@: ENGINE_FLAVOUR=$$flavour is not npu, cpu or auto"; exit 2;; \
+	esac; \
+	if [ "$(RELEASE_BUILD)" = 1 ]; then $$build || exit 1; fi; \
+	echo ">> releasing the $$flavour engine as engine:$$tag ($$engine) and sidecar:$(TAG) ($$sidecar)"; \
 	$(RELEASE_CLI) release --registry $(REGISTRY) --key $(SIGNING_KEY) --out $(RELEASE_OUT) \
-		--image engine:$(ENGINE_RELEASE_TAG)=$(ENGINE_SOURCE),flavour=$(ENGINE_FLAVOUR) \
-		--image sidecar:$(TAG)=$(SIDECAR_SOURCE) $(if $(filter 1,$(OVERWRITE)),--overwrite)
+		--image "engine:$$tag=$$engine,flavour=$$flavour" --image "sidecar:$(TAG)=$$sidecar" \
+		$(if $(filter 1,$(OVERWRITE)),--overwrite)
 
 bundle: $(STAMP) tools-release ## the air-gapped bundle of a release (BUNDLE=DIR [VERSION] [SITE_REGISTRY])
 	$(call need_var,BUNDLE,give the directory to write: make bundle BUNDLE=out/bundle-$(VERSION))

@@ -45,7 +45,7 @@ define check_platform
 @case " $(IMAGE_PLATFORMS) " in *" $(PLATFORM) "*) ;; *) echo "make $@: PLATFORM=$(PLATFORM) is not one of: $(IMAGE_PLATFORMS); set PLATFORM=linux/amd64 or PLATFORM=linux/arm64"; exit 2;; esac
 endef
 
-.PHONY: image image-sidecar image-fetch push image-lint images-wheelhouse
+.PHONY: image image-sidecar image-fetch push push-fetch image-lint images-wheelhouse
 
 image: ## build the engine image (REGISTRY, TAG, PLATFORM, CHIP=910b|a3)
 	$(check_platform)
@@ -71,11 +71,14 @@ image-fetch: ## build the fetch image for model.fetch (REGISTRY, TAG, PLATFORM)
 		$(SIDECAR_BUILD_ARGS) --build-arg EXTRAS=sidecar,fetch -t $(FETCH_IMAGE) .
 	@echo ">> built $(FETCH_IMAGE) ($(PLATFORM)); the chart's image.fetch points at it"
 
-push: ## push the engine, sidecar and fetch images (REGISTRY, TAG, CHIP)
+push: ## push the engine and sidecar images (REGISTRY, TAG, CHIP)
 	$(need_docker)
 	$(DOCKER) push $(ENGINE_IMAGE)
 	$(DOCKER) push $(SIDECAR_IMAGE)
-	$(DOCKER) image inspect $(FETCH_IMAGE) >/dev/null 2>&1 && $(DOCKER) push $(FETCH_IMAGE) || echo ">> $(FETCH_IMAGE) not built (make image-fetch): not pushed"
+
+push-fetch: ## push the fetch image (REGISTRY, TAG; after make image-fetch)
+	$(need_docker)
+	$(DOCKER) push $(FETCH_IMAGE)
 
 image-lint: $(STAMP) tools-shellcheck ## hadolint both Dockerfiles, shellcheck every shell script
 	$(BIN)/hadolint docker/engine.Dockerfile docker/sidecar.Dockerfile

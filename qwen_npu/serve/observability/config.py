@@ -3,19 +3,41 @@
 The thresholds are chart values (``monitoring.prometheusRule.thresholds.<key>``). The generated
 files do not hold their numbers: they hold placeholders (``${thresholds.<key>}``) that the chart's
 templates replace with the values at render time, so what promtool tests is exactly what the
-chart deploys. The defaults below must equal ``helm/qwen-npu/values.yaml`` (a test compares them);
-they are what the docs quote.
+chart deploys. Their defaults (the dashboards' threshold lines) are read from the chart's
+values.yaml, the one place they are written; this module only adds each key's unit and meaning.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Final
+
+import yaml
+
+#: The chart's values file: the generators run from a checkout (`make dashboards`).
+CHART_VALUES: Final = Path(__file__).resolve().parents[3] / "helm" / "qwen-npu" / "values.yaml"
 
 # Where the chart keeps the values this module mirrors.
 THRESHOLDS_VALUES_PATH: Final = "monitoring.prometheusRule.thresholds"
 RUNBOOK_VALUES_PATH: Final = "monitoring.runbookBaseUrl"
+
+
+def chart_threshold_defaults(values_file: Path = CHART_VALUES) -> dict[str, float]:
+    """``monitoring.prometheusRule.thresholds`` of the chart's values.yaml. The startup budget's 0
+    (its deprecated alias unset) means ``engine.startupBudgetSeconds``, as the chart renders it."""
+    try:
+        values = yaml.safe_load(values_file.read_text())
+        found = dict(values["monitoring"]["prometheusRule"]["thresholds"])
+        if not found.get("startupBudgetSeconds"):
+            found["startupBudgetSeconds"] = values["engine"]["startupBudgetSeconds"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise RuntimeError(
+            f"{values_file}: cannot read monitoring.prometheusRule.thresholds ({exc}); the "
+            "dashboard and alert generators run from a checkout of qwen-npu"
+        ) from exc
+    return {key: float(value) for key, value in found.items()}
 
 
 @dataclass(frozen=True)
@@ -23,35 +45,47 @@ class Threshold:
     """One tunable number an alert compares against (and the matching panels draw)."""
 
     key: str  # camelCase key under monitoring.prometheusRule.thresholds
-    default: float
     unit: str  # Grafana unit id of the quantity
     help: str
+    default: float = 0.0  # from values.yaml (below)
 
 
-_THRESHOLDS: tuple[Threshold, ...] = (
+_MEANINGS: tuple[Threshold, ...] = (
     Threshold(
         "startupBudgetSeconds",
-        1800,
         "s",
         "how long the engine may take from start to first ready (model load, graph capture)",
     ),
-    Threshold("ttftP99Seconds", 2.0, "s", "time-to-first-token SLO: p99 over 5 minutes"),
-    Threshold("tpotP99Seconds", 0.1, "s", "time-per-output-token SLO: p99 over 5 minutes"),
-    Threshold("queueDepth", 32, "short", "queued requests per engine that count as a backlog"),
+    Threshold("ttftP99Seconds", "s", "time-to-first-token SLO: p99 over 5 minutes"),
+    Threshold("tpotP99Seconds", "s", "time-per-output-token SLO: p99 over 5 minutes"),
+    Threshold("queueDepth", "short", "queued requests per engine that count as a backlog"),
     Threshold(
         "specAcceptLengthMin",
-        1.5,
         "short",
         "mean accepted tokens per verify step below which MTP costs more than it gives",
     ),
     Threshold(
         "canaryDegenerationMax",
-        0.5,
         "percentunit",
         "canary degeneration score (0..1) above which the output is garbled",
     ),
-    Threshold("hbmUsedRatioMax", 0.95, "percentunit", "used/total HBM ratio per chip"),
+    Threshold("hbmUsedRatioMax", "percentunit", "used/total HBM ratio per chip"),
 )
+
+
+def _with_defaults(meanings: tuple[Threshold, ...]) -> tuple[Threshold, ...]:
+    defaults = chart_threshold_defaults()
+    unknown = sorted(set(defaults) ^ {t.key for t in meanings})
+    if unknown:
+        raise RuntimeError(
+            f"{CHART_VALUES}: monitoring.prometheusRule.thresholds and "
+            f"qwen_npu/serve/observability/config.py disagree on {', '.join(unknown)}: a threshold "
+            "needs its value in values.yaml and its unit and meaning here"
+        )
+    return tuple(Threshold(t.key, t.unit, t.help, defaults[t.key]) for t in meanings)
+
+
+_THRESHOLDS: tuple[Threshold, ...] = _with_defaults(_MEANINGS)
 
 THRESHOLDS: Final = MappingProxyType({t.key: t for t in _THRESHOLDS})
 

@@ -131,14 +131,17 @@ def test_thresholds_reach_the_rules_only_as_placeholders() -> None:
     assert declared == set(config.THRESHOLDS)
 
 
-def test_generator_defaults_equal_the_chart_values() -> None:
+def test_threshold_defaults_come_from_the_chart_values(tmp_path: Path) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    chart_thresholds = dict(values["monitoring"]["prometheusRule"]["thresholds"])
+    values["monitoring"]["prometheusRule"]["thresholds"]["queueDepth"] = 7
+    changed = tmp_path / "values.yaml"
+    changed.write_text(yaml.safe_dump(values))
+    assert config.chart_threshold_defaults(changed)["queueDepth"] == 7.0
     # 0 (the default) follows the chart's one startup budget ("qwen-npu.startupAlertSeconds").
-    if chart_thresholds.get("startupBudgetSeconds") == 0:
-        chart_thresholds["startupBudgetSeconds"] = values["engine"]["startupBudgetSeconds"]
-    ours = {k: t.default for k, t in config.THRESHOLDS.items()}
-    assert {k: float(v) for k, v in chart_thresholds.items()} == ours
+    budget = float(values["engine"]["startupBudgetSeconds"])
+    assert config.THRESHOLDS["startupBudgetSeconds"].default == budget
+    with pytest.raises(RuntimeError, match="thresholds"):
+        config.chart_threshold_defaults(tmp_path / "missing.yaml")
 
 
 def _declared_series() -> set[str]:

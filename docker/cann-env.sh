@@ -23,8 +23,8 @@ qwen_npu_load_cann_env() {
     set +eu
     for script in ${QWEN_NPU_CANN_ENV_SCRIPTS:-/usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh}; do
         if [ ! -r "$script" ]; then
-            echo "qwen-npu-entrypoint level=warn event=cann_env_missing script=$script" \
-                "action=\"check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)\"" >&2
+            echo "qwen-npu-entrypoint level=warning event=cann_env_missing script=$script" \
+                "next=\"check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)\"" >&2
             continue
         fi
         case "$script" in

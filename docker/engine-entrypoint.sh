@@ -140,13 +140,13 @@ if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
         esac
         if [ "$expected" -lt 1 ]; then
             echo "qwen-npu-entrypoint level=error event=bad_expected_npus QWEN_NPU_EXPECTED_NPUS=$QWEN_NPU_EXPECTED_NPUS" \
-                "action=\"set it to a positive integer (tpSize / nodes) or unset it\"" >&2
+                "next=\"set it to a positive integer (tpSize / nodes) or unset it\"" >&2
             exit 2
         fi
         read -r visible counted_from <<<"$(qwen_npu_visible_npus)"
         if [ "$visible" -ne "$expected" ]; then
             echo "qwen-npu-entrypoint level=error event=npu_count_mismatch visible=$visible expected=$expected" \
-                "from=$counted_from action=\"give the pod $expected NPUs (tpSize / nodes) or fix the device plugin's visible devices\"" >&2
+                "from=$counted_from next=\"give the pod $expected NPUs (tpSize / nodes) or fix the device plugin's visible devices\"" >&2
             exit 3
         fi
         echo "qwen-npu-entrypoint level=info event=npu_count_ok visible=$visible expected=$expected from=$counted_from" >&2

@@ -34,7 +34,7 @@ def test_one_line_with_event_fields_and_next(capsys: pytest.CaptureFixture[str])
 
 
 def test_every_part_writes_the_same_shape(capsys: pytest.CaptureFixture[str]) -> None:
-    from qwen_npu.loadtest.runner import say
+    from qwen_npu.loadtest.progress import say
     from qwen_npu.patches.log import log as patches_log
     from qwen_npu.serve.sidecar.logs import log as sidecar_log
 

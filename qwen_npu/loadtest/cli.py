@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
         print(f"qwen-npu bench: {exc}", file=sys.stderr)
         return 2
 
-    from qwen_npu.loadtest.runner import TargetNotReady, say
+    from qwen_npu.loadtest.progress import TargetNotReady, say
 
     if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and not args.vocab_size:
         say(

@@ -128,8 +128,8 @@ def run_interleaved(
     compare_id: str,
 ) -> list[dict[str, Any]]:
     """Per concurrency, per repeat, each side in turn; every record appended to ``output``."""
+    from qwen_npu.loadtest.progress import say
     from qwen_npu.loadtest.report import append_jsonl
-    from qwen_npu.loadtest.runner import say
 
     records: list[dict[str, Any]] = []
     for conc in concs:
@@ -177,7 +177,12 @@ def bench_config(bench_args: Sequence[str], target: str, prog: str = PROG) -> An
     for flag in ("sweep", "baseline", "output"):
         if getattr(args, flag):
             raise CompareError(f"--{flag} is a qwen-npu bench flag that {prog} sets itself")
-    return cli.config_from_args(args)
+    config = cli.config_from_args(args)
+    # The flags are good: load locust now, its gevent monkey-patching before the first socket
+    # (the endpoint probes), never for a command line that is refused.
+    from qwen_npu.loadtest import runner  # noqa: F401
+
+    return config
 
 
 def report(
@@ -210,9 +215,8 @@ def report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
-    # The bench imports locust, whose gevent monkey-patching must come before any socket use.
-    from qwen_npu.loadtest import cli
-    from qwen_npu.loadtest.runner import TargetNotReady
+    from qwen_npu.loadtest import cli  # light: locust comes with bench_config, once flags are good
+    from qwen_npu.loadtest.progress import TargetNotReady
 
     try:
         sides = [Side(args.label_a, args.a.rstrip("/")), Side(args.label_b, args.b.rstrip("/"))]

@@ -26,11 +26,11 @@ from locust.runners import MasterRunner
 
 import requests  # isort: skip  (after locust: gevent's monkey-patching comes first)
 
-from qwen_npu import log as shared_log
 from qwen_npu import processes
 from qwen_npu.loadtest import locustfile as lf
 from qwen_npu.loadtest.backends import RequestInput, RequestOutput
 from qwen_npu.loadtest.config import ENV_VAR, BenchConfig
+from qwen_npu.loadtest.progress import TargetNotReady, say
 from qwen_npu.loadtest.server_counters import CounterSnapshot, scrape
 
 # Locust warns about a spawn rate above 100/s; starting all CONC users at once is the point here.
@@ -47,16 +47,6 @@ class RunResult:
     after: CounterSnapshot
     server_info: Any
     interrupted: bool
-
-
-class TargetNotReady(RuntimeError):
-    """The target did not answer in time, or the warm-up request failed."""
-
-
-def say(event: str, level: str = "info", **fields: object) -> None:
-    """Progress and status lines on stderr in the shared shape (qwen_npu/log.py):
-    ``qwen_npu.bench level=INFO event=<event> k=v ...`` (the table goes to stdout)."""
-    shared_log.log("bench", level, event, **fields)
 
 
 def wait_ready(config: BenchConfig) -> None:

@@ -239,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
-    from qwen_npu.loadtest import cli  # locust's monkey-patching before any socket use
-    from qwen_npu.loadtest.runner import TargetNotReady
+    from qwen_npu.loadtest import cli  # light: locust comes with bench_config, once flags are good
+    from qwen_npu.loadtest.progress import TargetNotReady
 
     try:
         settings = parse_settings(args.settings)

@@ -132,8 +132,8 @@ def test_missing_set_env_script_is_one_warning_line(repo: Path, sandbox: dict[st
     assert done.returncode == 0
     warnings = [line for line in done.stderr.splitlines() if "level=warn" in line]
     assert warnings == [
-        "qwen-npu-entrypoint level=warn event=cann_env_missing script=/nonexistent/set_env.sh "
-        'action="check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)"'
+        "qwen-npu-entrypoint level=warning event=cann_env_missing script=/nonexistent/set_env.sh "
+        'next="check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)"'
     ]
 
 
@@ -392,7 +392,7 @@ def test_npu_count_from_the_davinci_device_entries(repo: Path, sandbox: dict[str
     assert bad.returncode == 3
     assert [line for line in bad.stderr.splitlines() if "level=error" in line] == [
         "qwen-npu-entrypoint level=error event=npu_count_mismatch visible=4 expected=8 "
-        f'from={dev}/davinci[0-9]* action="give the pod 8 NPUs (tpSize / nodes) or fix the '
+        f'from={dev}/davinci[0-9]* next="give the pod 8 NPUs (tpSize / nodes) or fix the '
         "device plugin's visible devices\""
     ]
     none = run(

@@ -188,7 +188,7 @@ class CanaryRunner:
                 longest_repeat=scored.longest_repeat_tokens,
                 golden_prefix_ratio=scored.golden_prefix_ratio,
                 output=text[:200],
-                action="see docs/runbook.md#qwennpucanarydegenerated; "
+                next="see docs/runbook.md#qwennpucanarydegenerated; "
                 "if MTP is on, compare with make mtp-off",
             )
         self.last = {

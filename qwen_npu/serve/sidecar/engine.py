@@ -155,5 +155,5 @@ class EngineErrors:
                 kind=exc.kind,
                 where=where,
                 detail=exc.detail,
-                action="counted in qwen_npu_engine_errors_total; logged once a minute",
+                next="counted in qwen_npu_engine_errors_total; logged once a minute",
             )

@@ -282,5 +282,5 @@ class HealthProbe:
             outcome=outcome,
             status=status,
             restarts=self.health.restarts,
-            action=action,
+            next=action,
         )

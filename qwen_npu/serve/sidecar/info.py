@@ -94,7 +94,7 @@ class InfoReader:
                 "warning",
                 "state_file_unreadable",
                 file=str(directory and directory / STATE_FILE),
-                action="patch states, GDN verdicts and the engine UB plan are reported as unknown",
+                next="patch states, GDN verdicts and the engine UB plan are reported as unknown",
             )
         self.state = state
 

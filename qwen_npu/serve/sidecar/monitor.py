@@ -72,7 +72,7 @@ async def run_loop(
                     "poller_step_failed",
                     loop=loop.name,
                     error=repr(exc),
-                    action="report this line; the loop keeps running",
+                    next="report this line; the loop keeps running",
                 )
         await sleep(loop.interval_s)
 
@@ -155,7 +155,7 @@ class Monitor:
                 "warning",
                 "ub_prediction_unavailable",
                 error=self.predicted.error,
-                action="fix QWEN_NPU_MODEL_DIR or QWEN_NPU_TP_SIZE; predicted plan stays unknown",
+                next="fix QWEN_NPU_MODEL_DIR or QWEN_NPU_TP_SIZE; predicted plan stays unknown",
             )
         self._tasks = [
             asyncio.create_task(

@@ -94,10 +94,10 @@ SHELL_SCRIPTS = $(shell git ls-files -co --exclude-standard | while read -r f; d
 WHEELHOUSE := .venv-wheels/sidecar
 images-wheelhouse: $(WHEELHOUSE)/.complete
 
-$(WHEELHOUSE)/.complete: docker/sidecar-constraints.txt pyproject.toml | $(STAMP)
+$(WHEELHOUSE)/.complete: docker/sidecar-constraints.txt pyproject.toml
 	@echo ">> downloading the sidecar's pinned wheels into $(WHEELHOUSE) (once)"
 	@mkdir -p $(WHEELHOUSE)
-	@$(PIP) download -q --progress-bar off -d $(WHEELHOUSE) --only-binary=:all: \
+	@$(DOWNLOAD_PIP) download -q --progress-bar off -d $(WHEELHOUSE) --only-binary=:all: \
 		-r docker/sidecar-constraints.txt \
 		"hatchling==$$(sed -n 's/.*"hatchling==\([^"]*\)".*/\1/p' pyproject.toml)" $(QUIET_PIP)
 	@touch $@

@@ -20,9 +20,9 @@
 
 PODMAN ?= podman
 export CONTAINERS_CONF := $(CURDIR)/docker/podman/containers.conf
-PODMAN_PACKAGES := podman buildah mmdebstrap runc uidmap slirp4netns fuse-overlayfs
-# One command each package brings (uidmap: newuidmap).
-PODMAN_COMMANDS := podman buildah mmdebstrap runc newuidmap slirp4netns fuse-overlayfs
+# The commands podman's builds and runs need, and the Debian package of each (mk/tools.mk installs them).
+PODMAN_TOOLS := podman=podman buildah=buildah mmdebstrap=mmdebstrap runc=runc newuidmap=uidmap \
+	slirp4netns=slirp4netns fuse-overlayfs=fuse-overlayfs
 # The flags `make image*` pass to `podman build`: keep HEALTHCHECK, and build steps on the host's
 # network (pip reaches the index the host reaches, no bridge or slirp needed).
 PODMAN_BUILD_FLAGS := --format docker --network host
@@ -33,7 +33,7 @@ STANDIN_PACKAGES := python3,python3-venv,python3-pip,python-is-python3,passwd,ca
 STANDIN_MIRROR ?= http://deb.debian.org/debian
 # The CA bundle the host's pip trusts (pip's `cert`, else the system bundle): the build's pip
 # inside the stand-in must trust the same (a TLS-inspecting egress proxy signs PyPI here).
-HOST_CA_BUNDLE ?= $(or $(PIP_CERT),$(shell $(BIN)/python -m pip config get global.cert 2>/dev/null),/etc/ssl/certs/ca-certificates.crt)
+HOST_CA_BUNDLE ?= $(or $(PIP_CERT),$(shell $(PYTHON) -m pip config get global.cert 2>/dev/null),/etc/ssl/certs/ca-certificates.crt)
 
 ENGINE_CPU_IMAGE := $(REGISTRY)/engine:$(ENGINE_TAG)-cpu-standin
 # The Python of the cpu flavour's torch + SGLang stack: the test environment's, the one the CPU torch
@@ -48,15 +48,8 @@ ENGINE_CPU_PIP_TARGET := $(if $(ENGINE_CPU_OTHER_PYTHON),--python-version $(ENGI
 .PHONY: tools-podman image-standin-base image-standin-engine-base image-test image-test-build image-engine-cpu engine-cpu-wheelhouse image-refs
 
 tools-podman: ## install podman and its helpers (Debian packages) for make image-test
-	@missing=""; for c in $(PODMAN_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
-	if [ -n "$$missing" ]; then \
-		echo ">> installing$$missing: apt-get install $(PODMAN_PACKAGES)"; \
-		if [ "$$(id -u)" != 0 ]; then echo "make $@: podman is missing ($${missing# }) and installing it needs root: sudo apt-get install $(PODMAN_PACKAGES)"; exit 1; fi; \
-		apt-get update -qq >/dev/null 2>&1 || { echo "make $@: apt-get update failed: no Debian mirror reachable, podman ($${missing# }) cannot be installed"; exit 1; }; \
-		$(APT_INSTALL) $(PODMAN_PACKAGES) >/dev/null 2>&1 || { echo "make $@: apt-get install $(PODMAN_PACKAGES) failed: podman ($${missing# }) cannot be installed here"; exit 1; }; \
-		for c in $(PODMAN_COMMANDS); do command -v $$c >/dev/null || { echo "make $@: $$c still missing after apt-get install $(PODMAN_PACKAGES)"; exit 1; }; done; \
-	fi; \
-	$(PODMAN) info >/dev/null 2>&1 || { echo "make $@: 'podman info' fails with CONTAINERS_CONF=$(CONTAINERS_CONF): $$($(PODMAN) info 2>&1 | tail -n1)"; exit 1; }
+	$(call debian_tools,$@,$(PODMAN_TOOLS))
+	@$(PODMAN) info >/dev/null 2>&1 || { echo "make $@: 'podman info' fails with CONTAINERS_CONF=$(CONTAINERS_CONF): $$($(PODMAN) info 2>&1 | tail -n1)"; exit 1; }
 
 # The stand-in for the official python:<v>-slim-<release> image (no registry is reachable here):
 # Debian's minbase of that release with its python3, the host's CA bundle, imported and tagged with
@@ -114,12 +107,12 @@ image-standin-engine-base: image-standin-base ## make (or reuse) the stand-in py
 # fetched once with this machine's pip configuration (its local mirrors make it fast).
 engine-cpu-wheelhouse: $(ENGINE_CPU_WHEELHOUSE)/.complete
 
-$(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.env | $(STAMP)
+$(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.env
 	@echo ">> downloading the engine cpu flavour's wheels into $(ENGINE_CPU_WHEELHOUSE) (once)"
 	@mkdir -p $(ENGINE_CPU_WHEELHOUSE)
-	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: $(ENGINE_CPU_PIP_TARGET) \
+	@$(DOWNLOAD_PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: $(ENGINE_CPU_PIP_TARGET) \
 		torch==$(TEST_TORCH_VERSION) -r requirements/sglang-cpu.txt $(QUIET_PIP)
-	@$(PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: --no-deps $(ENGINE_CPU_PIP_TARGET) \
+	@$(DOWNLOAD_PIP) download -q --progress-bar off -d $(ENGINE_CPU_WHEELHOUSE) --only-binary=:all: --no-deps $(ENGINE_CPU_PIP_TARGET) \
 		sglang==$(SGLANG_VERSION) $(QUIET_PIP)
 	@ls $(ENGINE_CPU_WHEELHOUSE) | grep -q '^torch-$(TEST_TORCH_VERSION)+cpu-' && ! ls $(ENGINE_CPU_WHEELHOUSE) | grep -q '^nvidia' \
 		|| { echo "make $@: $(ENGINE_CPU_WHEELHOUSE) holds no CPU torch $(TEST_TORCH_VERSION) wheel (or a CUDA one): give pip a CPU torch (find-links or the PyTorch CPU index)"; exit 1; }

@@ -174,12 +174,16 @@ def test_image_test_fails_in_one_line_when_podman_cannot_be_installed(
     """Not root and a tool missing: no apt-get, one line naming what is missing, failure."""
     bin_dir = Path(docker_stub["PATH"].split(":")[0])
     _stub(bin_dir, "id", "echo 1000\n")
-    done = make(repo, docker_stub, "tools-podman", "PODMAN_COMMANDS=podman qwen-npu-no-such-tool")
+    done = make(
+        repo,
+        docker_stub,
+        "tools-podman",
+        "PODMAN_TOOLS=podman=podman qwen-npu-no-such-tool=no-such-pkg",
+    )
     assert done.returncode != 0
     assert _one_line(done) == (
-        "make tools-podman: podman is missing (qwen-npu-no-such-tool) and installing it needs "
-        "root: sudo apt-get install podman buildah mmdebstrap runc uidmap slirp4netns "
-        "fuse-overlayfs"
+        "make tools-podman: qwen-npu-no-such-tool missing and installing needs root: "
+        "sudo apt-get install no-such-pkg"
     )
 
 
@@ -188,7 +192,7 @@ def test_image_test_fails_in_one_line_when_podman_does_not_work(
 ) -> None:
     bin_dir = Path(docker_stub["PATH"].split(":")[0])
     _stub(bin_dir, "podman", 'echo "Error: cannot set up namespace" >&2; exit 125\n')
-    done = make(repo, docker_stub, "tools-podman", "PODMAN_COMMANDS=bash")
+    done = make(repo, docker_stub, "tools-podman", "PODMAN_TOOLS=bash=bash")
     assert done.returncode != 0
     line = _one_line(done)
     assert line.startswith("make tools-podman: 'podman info' fails with CONTAINERS_CONF=")
@@ -206,7 +210,7 @@ def test_image_test_fails_in_one_line_when_the_base_cannot_be_made(
         repo,
         docker_stub,
         "image-standin-base",
-        "PODMAN_COMMANDS=bash",
+        "PODMAN_TOOLS=bash=bash",
         f"OUT={tmp_path / 'out'}",
         "STANDIN_MIRROR=http://127.0.0.1:9/debian",
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from qwen_npu import processes
 from qwen_npu.fetch import run as run_module
 from qwen_npu.fetch import transfer
 from qwen_npu.fetch.cli import main
@@ -312,6 +313,12 @@ def test_should_stop_on_a_real_full_disk_and_resume_once_space_is_back(
         )
         worker.start()
         assert reached.wait(60)
+        # The server has sent half the shard; wait until the client has written some of it (on a
+        # loaded machine it may not have yet), so the retry has a partial file to resume from.
+        processes.wait_until(
+            lambda: any(p.stat().st_size for p in disk.rglob(BIG) if p.is_file()),
+            what="the half-sent shard's first bytes on the small disk",
+        )
         filler = disk / "filler"
         with filler.open("wb") as f:  # take every byte left
             try:

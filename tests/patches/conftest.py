@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +23,19 @@ FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton"
 MTP = "sglang.srt.models.qwen3_5_mtp"
 BACKEND = "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend"
 GDN_TRITON = "sglang.srt.layers.attention.linear.kernels.gdn_triton"
+
+
+# The fixtures that import SGLang's real modules: a test that asks for one is marked ``sglang``
+# (make test-fast leaves it out), whatever marks it declares itself.
+SGLANG_FIXTURES = frozenset({"modelslim", "fused_moe", "mtp_module", "backend", "gdn_triton"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents and SGLANG_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sglang)
 
 
 @pytest.fixture(scope="session")

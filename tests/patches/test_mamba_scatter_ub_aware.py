@@ -115,7 +115,10 @@ def test_heads_per_rank_bound_the_block(backend: ModuleType, kernel_stub: Module
     assert kernel_stub.CALLS[0]["h_block_size"] == 2
 
 
-def test_an_explicit_h_block_size_is_left_alone(kernel_stub: ModuleType) -> None:
+def test_an_explicit_h_block_size_is_left_alone(
+    backend: ModuleType, kernel_stub: ModuleType
+) -> None:
+    # backend: the patch wraps the kernel SGLang's backend imports, so SGLang comes first.
     c = caches()
     idx = torch.tensor([0])
     patch.ub_aware_move_intermediate_cache(

@@ -19,8 +19,11 @@ from tests.support.checkpoints import (
     write_checkpoint,
 )
 
+# The largest size is a slow test: make test runs it, test-fast keeps the three others.
+LARGEST = pytest.param("397B-A17B", marks=pytest.mark.slow)
 
-@pytest.mark.parametrize("size", ["27B", "35B-A3B", "122B-A10B", "397B-A17B"])
+
+@pytest.mark.parametrize("size", ["27B", "35B-A3B", "122B-A10B", LARGEST])
 @pytest.mark.parametrize(
     "schemes",
     [Schemes(), Schemes(experts="W4A8_DYNAMIC"), Schemes(linear="FLOAT", experts="FLOAT")],

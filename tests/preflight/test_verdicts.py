@@ -38,6 +38,7 @@ def test_every_size_is_ready_with_patches(tmp_path: Path, size: str) -> None:
     assert report.memory.fits and report.chosen.feasible
 
 
+@pytest.mark.slow  # 280k description keys: make test runs it, test-fast does not
 def test_397b_vl_needs_eight_npus(ckpt_397b: Path) -> None:
     report = run(ckpt_397b)
     assert report.verdict == READY_WITH_PATCHES

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.checkpoints import SIZES, make_config, make_description, make_index
 
 
+@pytest.mark.slow  # every size, the largest with 280k keys
 def test_descriptions_hold_thousands_of_keys_named_like_modelslim() -> None:
     counts = {}
     for size in SIZES:

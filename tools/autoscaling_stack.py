@@ -14,6 +14,7 @@ poll time (virtual: ``pollingInterval`` apart, so production-sized windows need 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import shutil
 import subprocess
@@ -113,6 +114,12 @@ def _bench(
     return processes.start(cmd, log=work / f"bench-{tag}.log", new_session=True)
 
 
+def _queued_since(prom: str, query: str, started: float) -> bool:
+    """Both replicas scraped after ``started``, and the queue the scaler reads above 0."""
+    times = _scrape_times(prom)
+    return bool(times) and min(times or [0.0]) > started and (_query(prom, query) or 0) > 0
+
+
 def _wait_zero(prom: str, query: str, phase: str) -> None:
     def drained() -> bool:
         return not _query(prom, query)  # 0, or no series
@@ -147,13 +154,17 @@ def run_proof(work: Path) -> tuple[list[Row], Scaler]:
                 if conc:
                     # A spike is one wave of requests; any other load lasts the whole phase.
                     prompts = conc if phase == "spike" else 100_000
+                    started = time.time()
                     benches = [
                         _bench(work, url, conc, prompts, f"{index}-{i}")
                         for i, url in enumerate(urls)
                     ]
                     if conc > MAX_RUNNING:  # more users than slots: a queue
+                        # Seen in scrapes taken after these benches started: Prometheus still
+                        # holds the previous phase's queue until both replicas are scraped again,
+                        # and a loaded machine can take seconds to start a bench.
                         processes.wait_until(
-                            lambda: (_query(prom, queries["queue"]) or 0) > 0,
+                            functools.partial(_queued_since, prom, queries["queue"], started),
                             what=f"{phase}: the load queued",
                             timeout_s=120,
                         )

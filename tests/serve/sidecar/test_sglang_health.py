@@ -19,16 +19,26 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import sglang.srt.entrypoints.http_server as http_server
 from fastapi.testclient import TestClient
-from sglang.srt.managers.tokenizer_manager import ServerStatus
 
 from qwen_npu.serve.sidecar.config import Settings
 from qwen_npu.serve.sidecar.health import HARD_FAILURES, STUCK_503_MIN_S, HealthTracker, classify
 
 pytestmark = pytest.mark.sglang
-#: SGLang's own default (SGLANG_HEALTH_CHECK_TIMEOUT unset): 20 s.
-DEFAULT_CHECK_TIMEOUT_S = http_server.HEALTH_CHECK_TIMEOUT
+
+# SGLang's server module and its ServerStatus, imported when a test of this file first runs, not at
+# collection: every pytest-xdist worker collects every file, and the import costs some 15 s of CPU.
+http_server: Any = None
+ServerStatus: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sglang_server_module() -> None:
+    global http_server, ServerStatus
+    import sglang.srt.entrypoints.http_server as module
+    from sglang.srt.managers.tokenizer_manager import ServerStatus as status
+
+    http_server, ServerStatus = module, status
 
 
 class VirtualClock:
@@ -129,13 +139,15 @@ def test_a_starting_engine_answers_503_at_once_and_reads_as_starting(
     assert health.liveness(10.0).ok and not health.draining
 
 
-@pytest.mark.parametrize("check_timeout_s", [DEFAULT_CHECK_TIMEOUT_S, 1])
+@pytest.mark.parametrize("timeout_setting", ["default", 1])
 def test_a_stuck_scheduler_answers_503_late_and_reads_as_stuck(
     engine: tuple[TestClient, TokenizerManager], monkeypatch: pytest.MonkeyPatch,
-    check_timeout_s: int,
+    timeout_setting: str | int,
 ) -> None:  # fmt: skip
-    """SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default; any value of 1 s or more)."""
+    """SGLANG_HEALTH_CHECK_TIMEOUT (SGLang's default, 20 s; any value of 1 s or more)."""
     client, manager = engine
+    default = timeout_setting == "default"
+    check_timeout_s = http_server.HEALTH_CHECK_TIMEOUT if default else int(timeout_setting)
     monkeypatch.setattr(http_server, "HEALTH_CHECK_TIMEOUT", check_timeout_s)
     health = HealthTracker(startup_budget_s=1800, liveness_failures=3, now=0.0)
     health.record(classify(*probe(client, manager)), 1.0, 200)  # ready first
@@ -145,7 +157,7 @@ def test_a_stuck_scheduler_answers_503_late_and_reads_as_stuck(
     assert seconds >= max(check_timeout_s, 1) >= STUCK_503_MIN_S  # one 1 s round at least
     outcome = classify(status, seconds)
     assert outcome == "unhealthy" and outcome in HARD_FAILURES
-    if check_timeout_s == DEFAULT_CHECK_TIMEOUT_S:
+    if default:
         # With the default, SGLang's answer comes after the sidecar gave up (10 s): the sidecar
         # sees a timeout, which counts the same.
         assert seconds > Settings.model_fields["health_timeout_s"].default

@@ -60,11 +60,13 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
 # is printed whole, and each names its step). ruff and mypy run there as `make lint`, not inside
 # pytest, so test-fast stays quick.
 SETUP_JOBS ?= 4
-# pytest's worker processes (pytest-xdist, work-stealing so a long test does not hold a queue):
-# three on two cores, because many tests spend their time waiting on servers and child processes
-# (measured: test-fast 93 s with 2, 83 s with 3); 0 runs the tests in make's own pytest process.
+# pytest's worker processes (pytest-xdist): three on two cores, because many tests spend their
+# time waiting on servers and child processes (test-fast 93 s with 2, 83-91 s with 3). Whole files
+# go to one worker (--dist loadfile), so a module's expensive fixture (SGLang's MTP model build,
+# a simulator) runs once, not once per worker: pytest 7 min 38 s against 8 min 15 s work-stealing.
+# 0 runs the tests in make's own pytest process.
 TEST_WORKERS ?= 3
-XDIST = -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist worksteal)
+XDIST = -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist loadfile)
 
 .PHONY: test-setup
 test-setup: $(STAMP) $(TEST_DEPS) ## install everything make test needs (venvs, tools, images), nothing run

@@ -43,11 +43,12 @@ def fast_settings(**overrides: Any) -> Settings:
     return load_settings(**{**FAST, **overrides})
 
 
-def metric(client: TestClient, name: str, **labels: str) -> float:
-    """One sample's value from the sidecar's /metrics (NaN parsed as such); KeyError if absent."""
+def metric(client: TestClient, name: str, *, scrape: str | None = None, **labels: str) -> float:
+    """One sample's value from the sidecar's /metrics (NaN parsed as such); KeyError if absent.
+    ``scrape``: an exposition already fetched, for values that must come from one scrape."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = client.get("/metrics").text
+    text = client.get("/metrics").text if scrape is None else scrape
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):

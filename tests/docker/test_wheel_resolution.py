@@ -58,6 +58,14 @@ def _pip_cert() -> str | None:
     return done.stdout.strip() or None
 
 
+#: pip's own socket timeout for these queries (its default, 15 s, is short for a loaded machine).
+PIP_TIMEOUT_S = 60
+#: How often one query is asked when the index did not answer it (pip's "Could not fetch URL"):
+#: a transport failure says nothing about the wheels, and pip then reports it exactly as it reports
+#: a project with no wheel ("No matching distribution found"), so it is told apart and asked again.
+FETCH_ATTEMPTS = 3
+
+
 def _available(index: str, name: str, arch: str, python: str, glibc: int) -> set[str] | str:
     """The versions of ``name`` with a wheel for (arch, python), or the error pip gave."""
     platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(17, glibc + 1)]
@@ -80,17 +88,28 @@ def _available(index: str, name: str, arch: str, python: str, glibc: int) -> set
         "--abi=abi3",
         "--abi=none",
         "--disable-pip-version-check",
+        f"--timeout={PIP_TIMEOUT_S}",
+        "-vv",  # pip says "Could not fetch URL" only at debug level
     ]
     cert = _pip_cert()
     if cert:
         cmd += ["--cert", cert]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # the index the Dockerfile names, nothing else
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, check=False)
-    found = re.search(r"^Available versions: (.*)$", done.stdout, re.M)
-    if found:
-        return {v.strip() for v in found.group(1).split(",")}
-    return (done.stdout + done.stderr).strip().splitlines()[-1:][0] if done.returncode else ""
+    unanswered = ""
+    for _ in range(FETCH_ATTEMPTS):
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        found = re.search(r"^Available versions: (.*)$", done.stdout, re.M)
+        if found:
+            return {v.strip() for v in found.group(1).split(",")}
+        fetch = re.search(r"^Could not fetch URL .*$", done.stdout + done.stderr, re.M)
+        if fetch is None:
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            return lines[-1] if done.returncode and lines else ""
+        unanswered = fetch.group(0)
+    return f"the index did not answer in {FETCH_ATTEMPTS} attempts: {unanswered}"
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +131,7 @@ def _ask(
         cached = {}
     key = {a: f"{index}|{a[0]}=={a[1]}|{a[2]}|cp{python}|glibc2.{glibc}" for a in asks}
     todo = [a for a in asks if not cached.get(key[a])]
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         answers = dict(
             zip(
                 todo,

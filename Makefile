@@ -42,13 +42,11 @@ setup: $(STAMP) ## build .venv (CPU torch, the pinned SGLang modules, qwen-npu w
 $(STAMP): pyproject.toml requirements/sglang-cpu.txt docker/versions.env
 	@echo ">> creating $(VENV) with $(PYTHON) ($$($(PYTHON) --version))"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo ">> torch==$(TEST_TORCH_VERSION) (the CPU wheel; pip, not uv)"
-	@$(PIP) install -q --progress-bar off torch==$(TEST_TORCH_VERSION) $(QUIET_PIP)
-	@echo ">> sglang==$(SGLANG_VERSION) without its GPU dependencies, then what its modules import on CPU"
+	@echo ">> torch==$(TEST_TORCH_VERSION) (the CPU wheel; pip, not uv), what SGLang's modules import on CPU, qwen-npu (editable) with every extra"
+	@$(PIP) install -q --progress-bar off torch==$(TEST_TORCH_VERSION) -r requirements/sglang-cpu.txt \
+		-e '.[sidecar,sim,bench,observability,fetch,dev]' $(QUIET_PIP)
+	@echo ">> sglang==$(SGLANG_VERSION) without its GPU dependencies"
 	@$(PIP) install -q --progress-bar off --no-deps sglang==$(SGLANG_VERSION) $(QUIET_PIP)
-	@$(PIP) install -q --progress-bar off -r requirements/sglang-cpu.txt $(QUIET_PIP)
-	@echo ">> qwen-npu (editable) with every extra"
-	@$(PIP) install -q --progress-bar off -e '.[sidecar,sim,bench,observability,fetch,dev]' $(QUIET_PIP)
 	@$(BIN)/python -c "import torch, sglang, qwen_npu; assert torch.__version__.startswith('$(TEST_TORCH_VERSION)'), torch.__version__" \
 		|| { echo "setup: the environment does not import; see the pip output above"; exit 1; }
 	@touch $@

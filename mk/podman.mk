@@ -45,7 +45,7 @@ ENGINE_CPU_OTHER_PYTHON := $(filter-out $(TEST_PYTHON_VERSION),$(ENGINE_CPU_STAC
 ENGINE_CPU_WHEELHOUSE := .venv-wheels/engine-cpu$(if $(ENGINE_CPU_OTHER_PYTHON),-py$(ENGINE_CPU_OTHER_PYTHON))
 ENGINE_CPU_PIP_TARGET := $(if $(ENGINE_CPU_OTHER_PYTHON),--python-version $(ENGINE_CPU_OTHER_PYTHON))
 
-.PHONY: tools-podman image-standin-base image-standin-engine-base image-test image-test-build image-engine-cpu engine-cpu-wheelhouse image-refs
+.PHONY: tools-podman image-standin-base image-standin-engine-base image-test image-test-build image-engine-cpu engine-cpu-build engine-cpu-wheelhouse image-refs
 
 tools-podman: ## install podman and its helpers (Debian packages) for make image-test
 	$(call debian_tools,$@,$(PODMAN_TOOLS))
@@ -125,9 +125,29 @@ $(ENGINE_CPU_WHEELHOUSE)/.complete: requirements/sglang-cpu.txt docker/versions.
 ENGINE_CPU_BUILD_ARGS = $(subst TEST_PYTHON_VERSION=$(TEST_PYTHON_VERSION),TEST_PYTHON_VERSION=$(ENGINE_CPU_STACK_PYTHON),$(subst TINI_APT_VERSION=$(TINI_APT_VERSION),TINI_APT_VERSION=$(STANDIN_TINI_APT_VERSION),$(ENGINE_BUILD_ARGS))) \
 	--build-arg ENGINE_FLAVOUR=cpu --build-context wheels=$(ENGINE_CPU_WHEELHOUSE)
 
-image-engine-cpu: image-standin-engine-base engine-cpu-wheelhouse ## build the engine Dockerfile's cpu flavour with podman (ends with patches verify --build --strict)
+# Built again only when one of its inputs changed. The inputs are this checkout's files as they are
+# (a git tree of the working tree, untracked files included: every COPY source is among them), the
+# base image and the build command's arguments; their digest rides on the image as a label. A
+# fresh clone of what was built last, or a second `make test`, then costs a second instead of
+# podman's own cache check (about a minute: buildah copies and hashes the 2.9 GB /opt/venv to find
+# that COPY cached). Outside a git checkout it always builds; `podman rmi` the image to force it.
+BUILD_INPUTS_LABEL := io.qwen-npu.build-inputs
+# Prints the digest (nothing outside a git checkout); reads only.
+ENGINE_CPU_INPUTS = tree=$$(index=$$(mktemp -u) && GIT_INDEX_FILE=$$index git add -A . 2>/dev/null \
+	&& GIT_INDEX_FILE=$$index git write-tree 2>/dev/null; rm -f "$$index") && [ -n "$$tree" ] \
+	&& printf '%s\n' "$$tree" "$$($(PODMAN) image inspect --format '{{.Id}}' $(STANDIN_ENGINE_BASE))" \
+		'$(PLATFORM) $(ENGINE_CPU_BUILD_ARGS)' | sha256sum | cut -c1-64
+
+image-engine-cpu: image-standin-engine-base ## build the engine Dockerfile's cpu flavour with podman (ends with patches verify --build --strict)
+	@inputs=$$($(ENGINE_CPU_INPUTS)); \
+	if [ -n "$$inputs" ] && [ "$$($(PODMAN) image inspect --format '{{index .Labels "$(BUILD_INPUTS_LABEL)"}}' $(ENGINE_CPU_IMAGE) 2>/dev/null)" = "$$inputs" ]; then \
+		echo ">> $(ENGINE_CPU_IMAGE) is up to date: built from these files, base and build arguments ($(BUILD_INPUTS_LABEL) $${inputs:0:12}); podman rmi it to build it again"; \
+	else $(MAKE) --no-print-directory engine-cpu-build; fi
+
+engine-cpu-build: engine-cpu-wheelhouse
+	@inputs=$$($(ENGINE_CPU_INPUTS)); echo ">> building $(ENGINE_CPU_IMAGE)$${inputs:+ ($(BUILD_INPUTS_LABEL) $${inputs:0:12})}"; \
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) --platform $(PLATFORM) -f docker/engine.Dockerfile \
-		$(ENGINE_CPU_BUILD_ARGS) -t $(ENGINE_CPU_IMAGE) .
+		$(ENGINE_CPU_BUILD_ARGS) $${inputs:+--label $(BUILD_INPUTS_LABEL)=$$inputs} -t $(ENGINE_CPU_IMAGE) .
 	@echo ">> built $(ENGINE_CPU_IMAGE): the engine Dockerfile's shared stages on the CPU stand-in"
 
 # The references the image targets tag (tests/docker/containers.py reads them).
@@ -137,7 +157,7 @@ image-refs:
 # The builds behind image-test: `make image-sidecar` exactly as on a Docker host but with podman,
 # and the engine's cpu flavour. Layers are cached in podman's storage: a second run rebuilds
 # only what changed.
-image-test-build: tools-podman image-standin-engine-base engine-cpu-wheelhouse
+image-test-build: tools-podman image-standin-engine-base
 	@$(MAKE) --no-print-directory image-sidecar DOCKER=$(PODMAN) DOCKER_BUILD_FLAGS="$(PODMAN_BUILD_FLAGS)"
 	@$(MAKE) --no-print-directory image-engine-cpu
 

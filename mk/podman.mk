@@ -13,7 +13,8 @@
 #                              this machine's CPython of that version (Debian has none)
 #   make image-engine-cpu      the engine Dockerfile with ENGINE_FLAVOUR=cpu (the engine's Python,
 #                              SGLang's wheel, CPU torch, tests/stubs, a torch_npu without devices),
-#                              ending with the build check `patches verify --build --strict`
+#                              ending with the build check `patches verify --build --strict`;
+#                              built again only when an input changed (io.qwen-npu.build-inputs)
 #
 # Every podman call reads docker/podman/containers.conf (runc, cgroupfs, file events, ulimits).
 # Builds use `--format docker`: with the default OCI format podman drops HEALTHCHECK.
@@ -132,7 +133,8 @@ ENGINE_CPU_BUILD_ARGS = $(subst TEST_PYTHON_VERSION=$(TEST_PYTHON_VERSION),TEST_
 # podman's own cache check (about a minute: buildah copies and hashes the 2.9 GB /opt/venv to find
 # that COPY cached). Outside a git checkout it always builds; `podman rmi` the image to force it.
 BUILD_INPUTS_LABEL := io.qwen-npu.build-inputs
-# Prints the digest (nothing outside a git checkout); reads only.
+# Prints the digest (nothing outside a git checkout). It leaves nothing behind but the git objects
+# of files not committed yet, as `git stash create` would.
 ENGINE_CPU_INPUTS = tree=$$(index=$$(mktemp -u) && GIT_INDEX_FILE=$$index git add -A . 2>/dev/null \
 	&& GIT_INDEX_FILE=$$index git write-tree 2>/dev/null; rm -f "$$index") && [ -n "$$tree" ] \
 	&& printf '%s\n' "$$tree" "$$($(PODMAN) image inspect --format '{{.Id}}' $(STANDIN_ENGINE_BASE))" \

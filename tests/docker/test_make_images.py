@@ -224,8 +224,7 @@ def test_image_test_fails_in_one_line_when_the_base_cannot_be_made(
 
 
 # A podman that keeps one image's build-inputs label between calls and records every build.
-PODMAN_RECORDER = """#!/usr/bin/env bash
-case "$1 $2" in
+PODMAN_RECORDER = """case "$1 $2" in
   "image inspect")
     case "$4" in
       *.Id*) echo "sha256:base-${BASE_ID:-1}" ;;
@@ -260,7 +259,7 @@ def engine_cpu_tree(repo: Path, tmp_path: Path) -> dict[str, Any]:
     (wheels / ".complete").touch()  # newer than the requirements it was fetched for
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _stub(bin_dir, "podman", PODMAN_RECORDER.split("\n", 1)[1])
+    _stub(bin_dir, "podman", PODMAN_RECORDER)
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "BUILD_LOG": str(tmp_path / "builds.log"),
@@ -271,7 +270,7 @@ def engine_cpu_tree(repo: Path, tmp_path: Path) -> dict[str, Any]:
 
 
 def _builds(log: Path) -> list[list[str]]:
-    return [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return calls({"DOCKER_LOG": str(log)})  # the recorded lines, as the docker stand-in's
 
 
 def _inputs_label(build: list[str]) -> str | None:

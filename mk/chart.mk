@@ -14,6 +14,16 @@ CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
+# The renders the simulator's chart-backed profiles read (qwen_npu/sim/chart_engine.py): the package
+# does not render the chart, make hands it the render. Remade when the chart or a profile changes.
+SIM_RENDERS := $(CURDIR)/$(CHART_OUT)/sim-renders.json
+export QWEN_NPU_CHART_RENDERS := $(SIM_RENDERS)
+.PHONY: sim-renders
+sim-renders: $(SIM_RENDERS) ## render the chart for the simulator's chart-backed profiles
+
+$(SIM_RENDERS): $(STAMP) $(shell find $(CHART_DIR) qwen_npu/sim/profiles -type f 2>/dev/null)
+	@$(BIN)/python -m tools.chart sim-renders --out $@
+
 .PHONY: chart chart-package chart-schema checkov checkov-venv
 
 chart: $(STAMP) ## lint the chart and render every profile and ci/ overlay to out/chart/
@@ -40,6 +50,8 @@ checkov: $(STAMP) $(CHECKOV_STAMP) chart ## checkov (--skip-download) on every r
 TEST_DEPS += $(CHECKOV_STAMP)
 
 .PHONY: autoscaling
-autoscaling: $(STAMP) tools-prometheus ## KEDA's decisions on live signals: Prometheus + 2 simulators + the bench (out/perf/autoscaling.md)
-	$(BIN)/python -m tools.autoscaling
+autoscaling: $(STAMP) $(SIM_RENDERS) tools-prometheus ## KEDA's decisions on live signals: Prometheus + 2 simulators + the bench (out/perf/autoscaling.md)
+	$(BIN)/python -m tools.proofs.autoscaling
 PERF_TARGETS += autoscaling
+
+TEST_DEPS += $(SIM_RENDERS)

@@ -1,4 +1,4 @@
-# Dashboards and alert rules as code (qwen_npu/serve/observability -> helm/qwen-npu/files/).
+# Dashboards and alert rules as code (qwen_npu/observability -> helm/qwen-npu/files/).
 # `make dashboards` regenerates the committed files (a test fails when they are stale);
 # `make lint-observability` runs promtool on the rules exactly as the chart renders them.
 # The tests need promtool and prometheus: tools-prometheus is already in TEST_DEPS (mk/tools.mk).

@@ -17,8 +17,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "preflight": ("qwen_npu.preflight.cli", "check a checkpoint before a long model load"),
     "ub-plan": ("qwen_npu.hardware.ub_plan", "plan the mamba scatter's h_block_size for the UB"),
     "patches": ("qwen_npu.patches.cli", "list, verify and explain the runtime patches"),
-    "sim": ("qwen_npu.serve.sim.cli", "run the SGLang-protocol simulator (tests and demos)"),
-    "sidecar": ("qwen_npu.serve.sidecar.cli", "run the health and metrics sidecar"),
+    "sim": ("qwen_npu.sim.cli", "run the SGLang-protocol simulator (tests and demos)"),
+    "sidecar": ("qwen_npu.sidecar.cli", "run the health and metrics sidecar"),
     "fetch": ("qwen_npu.fetch.cli", "fetch a checkpoint from ModelScope, Hugging Face, OBS or S3"),
     "bench": ("qwen_npu.loadtest.cli", "run the load test and print the table"),
     "bench-compare": ("qwen_npu.loadtest.compare", "the same load against two endpoints, A/B"),
@@ -27,7 +27,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "qwen_npu.oncall.cli",
         "on-call switches: status, mtp-off/on, patch-off/on, rollback",
     ),
-    "dashboards": ("qwen_npu.serve.observability.cli", "generate dashboards and alert rules"),
+    "dashboards": ("qwen_npu.observability.cli", "generate dashboards and alert rules"),
 }
 
 

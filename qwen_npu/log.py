@@ -5,9 +5,11 @@
 Why this exists: at 3 a.m. on-call greps one shape in the engine's, the sidecar's and the Job's
 logs: one line per event, logfmt (a value with a space, a quote or ``=`` is double-quoted with
 backslash escapes; ``None`` fields are left out), and ``next=`` where something needs doing.
-Each part keeps a ``log(level, event, **fields)`` of its own that calls ``log`` here with its
-part name. A part's logger has its own stderr handler (the lines appear whatever the host process
-does with the root logger, e.g. SGLang in the engine) and does not propagate.
+A module binds its part once, ``log = PartLog("sidecar")``, and calls ``log(level, event,
+**fields)``; that is the one way in. A part's logger has its own stderr handler (the lines appear
+whatever the host process does with the root logger, e.g. SGLang in the engine) and does not
+propagate; a part named in ``LEVEL_ENV`` takes its threshold from that environment variable.
+``RateLimiter`` keeps a repeated failure to one line a minute.
 
 Standard library only: it runs inside the engine (Python 3.12) too.
 """
@@ -15,11 +17,15 @@ Standard library only: it runs inside the engine (Python 3.12) too.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
 
 PREFIX = "qwen_npu"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: Parts whose threshold an environment variable sets (read at the part's first line).
+LEVEL_ENV = {"patches": "QWEN_NPU_PATCH_LOG_LEVEL"}
 
 
 def quote(value: object) -> str:
@@ -117,19 +123,53 @@ def log(part: str, level: str, event: str, **fields: object) -> None:
 
 class PartLog:
     """``log(level, event, **fields)`` of one part: ``log = PartLog("sim")``, then
-    ``log("info", "ready", next="...")``."""
+    ``log("info", "ready", next="...")``. ``next=`` is written last."""
 
     def __init__(self, part: str) -> None:
         self.part = part
+        self._ready = False
+
+    def logger(self) -> logging.Logger:
+        """The part's logger; its threshold from ``LEVEL_ENV`` the first time (INFO otherwise)."""
+        if not self._ready:
+            env = LEVEL_ENV.get(self.part)
+            wanted = os.environ.get(env, "INFO").upper() if env else None
+            get_logger(self.part, wanted if wanted in LEVELS else None)
+            self._ready = True
+        return get_logger(self.part)
+
+    def setup(self, level: str, also: Iterable[str] = ()) -> logging.Logger:
+        """A process's logging for this part (see ``setup``)."""
+        self._ready = True
+        return setup(self.part, level, also)
 
     def __call__(self, level: str, event: str, **fields: object) -> None:
-        log(self.part, level, event, **fields)
+        self.logger()
+        nxt = fields.pop("next", None)
+        log(self.part, level, event, **fields, next=nxt)
+
+
+class RateLimiter:
+    """Allows one log line per key per ``every_s`` seconds."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def allow(self, key: str, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        last = self._last.get(key)
+        if last is not None and now - last < self.every_s:
+            return False
+        self._last[key] = now
+        return True
 
 
 __all__ = [
     "PREFIX",
     "Formatter",
     "PartLog",
+    "RateLimiter",
     "format_fields",
     "get_logger",
     "line",

@@ -12,22 +12,32 @@ from __future__ import annotations
 
 import ast
 import itertools
+import os
 import re
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _pytest.mark.expression import Expression
 
+from tools.paths import REPO, STUBS
 from tools.versions import read_versions
-
-REPO = Path(__file__).resolve().parent.parent
-STUBS = REPO / "tests" / "stubs"
 
 if str(STUBS) not in sys.path:
     sys.path.append(str(STUBS))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The chart's renders the simulator's chart-backed profiles read (make hands them over as
+    QWEN_NPU_CHART_RENDERS; a bare `pytest` writes them once, before any worker starts)."""
+    if not Path(os.environ.get("QWEN_NPU_CHART_RENDERS") or "/nonexistent").is_file():
+        from tools.chart import sim_renders
+
+        out = Path(tempfile.mkdtemp(prefix="qwen-npu-renders-")) / "sim-renders.json"
+        os.environ["QWEN_NPU_CHART_RENDERS"] = str(sim_renders.write(out))
 
 
 @pytest.fixture(scope="session")

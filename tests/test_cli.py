@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from qwen_npu.cli import VERBS, main
-
-REPO = Path(__file__).resolve().parents[1]
+from tools.paths import REPO
 
 
 def test_help_lists_every_verb(capsys: pytest.CaptureFixture[str]) -> None:

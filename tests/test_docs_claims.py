@@ -28,8 +28,9 @@ from conftest import REPO
 from qwen_npu.cli import VERBS
 from qwen_npu.patches.registry import PATCHES
 from tools import chart as chart_tool
+from tools.paths import CHART_DIR
 
-CHART = chart_tool.CHART_DIR
+CHART = CHART_DIR
 PAGES = sorted([REPO / "README.md", CHART / "README.md", *(REPO / "docs").glob("*.md")])
 
 _WORDS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
@@ -114,11 +115,11 @@ def test_every_path_a_page_names_exists() -> None:
 
 def test_should_find_a_moved_path_when_a_page_names_it() -> None:
     """The check really looks: a folder that moved is reported, a glob and a placeholder are not."""
-    assert not _exists("tests/observability")
-    assert _exists("tests/serve/observability")
+    assert not _exists("tests/serve/observability")
+    assert _exists("tests/observability")
     assert _exists("helm/qwen-npu/profiles/*.yaml")
-    assert _exists("tests/serve/{sidecar,sim,observability}")
-    assert not _exists("tests/serve/{sidecar,nowhere}")
+    assert _exists("tests/{sidecar,sim,observability}")
+    assert not _exists("tests/{sidecar,nowhere}")
     assert _exists("templates/_pod.tpl")
 
 

@@ -35,11 +35,12 @@ def test_one_line_with_event_fields_and_next(capsys: pytest.CaptureFixture[str])
 
 def test_every_part_writes_the_same_shape(capsys: pytest.CaptureFixture[str]) -> None:
     from qwen_npu.loadtest.progress import say
-    from qwen_npu.patches.log import log as patches_log
-    from qwen_npu.serve.sidecar.logs import log as sidecar_log
+
+    patches_log = log.PartLog("patches")
+    sidecar_log = log.PartLog("sidecar")
 
     patches_log("error", "patch.drifted", patch="p", next="port it")
-    sidecar_log("warning", "engine_stuck_or_dead", action="restart the pod")
+    sidecar_log("warning", "engine_stuck_or_dead", next="restart the pod")
     log.PartLog("sim")("info", "ready", what="serving")
     say("progress", done="3/10")
     lines = capsys.readouterr().err.splitlines()
@@ -51,7 +52,7 @@ def test_every_part_writes_the_same_shape(capsys: pytest.CaptureFixture[str]) ->
         "qwen_npu.bench",
     ]
     assert all(list(f)[:2] == ["level", "event"] for _, f in parts)
-    assert parts[1][1]["next"] == "restart the pod"  # the sidecar's older action= key
+    assert parts[1][1]["next"] == "restart the pod"
 
 
 def test_a_library_record_comes_out_in_the_same_shape(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-VERSIONS_FILE = Path(__file__).resolve().parents[1] / "docker" / "versions.env"
+from tools.paths import VERSIONS_FILE
 
 
 def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:

@@ -16,8 +16,10 @@ from pathlib import Path
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
 from qwen_npu.fetch.layout import Revision, Store
-from qwen_npu.fetch.log import log
 from qwen_npu.fetch.source import EXAMPLES, load_credentials, parse_source
+from qwen_npu.log import PartLog
+
+log = PartLog("fetch")
 
 PROG = "qwen-npu fetch"
 SUBCOMMANDS = ("wait", "verify")

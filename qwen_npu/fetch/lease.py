@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.fetch.errors import EXIT_TIMEOUT, FetchError
-from qwen_npu.fetch.log import log
+from qwen_npu.log import PartLog
+
+log = PartLog("fetch")
 
 
 def _read(path: Path) -> dict[str, Any] | None:

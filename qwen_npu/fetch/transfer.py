@@ -23,8 +23,10 @@ from typing import Any, BinaryIO
 
 from qwen_npu.fetch.errors import EXIT_NO_SPACE, FetchError, TransientError
 from qwen_npu.fetch.layout import HASH_BLOCK, Revision, Store
-from qwen_npu.fetch.log import log
 from qwen_npu.fetch.remote import GIT_SHA1, MD5, MULTIPART, SHA256, Listing, Remote, RemoteFile
+from qwen_npu.log import PartLog
+
+log = PartLog("fetch")
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 

@@ -14,8 +14,10 @@ import time
 
 from qwen_npu.fetch.errors import EXIT_FAILED, EXIT_TIMEOUT, FetchError
 from qwen_npu.fetch.layout import Revision, Store
-from qwen_npu.fetch.log import log
 from qwen_npu.fetch.source import Source
+from qwen_npu.log import PartLog
+
+log = PartLog("fetch")
 
 STALE_SECONDS = 300.0  # no progress written for this long: the fetch is not running
 

@@ -103,7 +103,7 @@ def parse_urls(text: str, settings: Sequence[Setting]) -> dict[str, str]:
 
 def sim_flags(profile: str, setting: Setting, time_scale: float) -> dict[str, Any]:
     """running_sim keywords: the profile, the setting, and every ``*-ms`` timing scaled."""
-    from qwen_npu.serve.sim import config as simconfig
+    from qwen_npu.sim import config as simconfig
 
     base, _ = simconfig.build(profile=profile, env={})
     flags: dict[str, Any] = {"profile": profile, "startup_delay_s": 0.0}
@@ -141,7 +141,7 @@ def acceptance_flags(base: Any, steps: int) -> dict[str, Any]:
     """
     if getattr(base, "accept_length", None) is None or base.accept_distribution is not None:
         return {}
-    from qwen_npu.serve.sim.pricing import solve_constant_rate
+    from qwen_npu.sim.pricing import solve_constant_rate
 
     p = solve_constant_rate(base.speculative_num_steps, float(base.accept_length))
     return {"accept_length": sum(p**i for i in range(steps + 1))}
@@ -152,7 +152,7 @@ def local_sides(
     profile: str, settings: Sequence[Setting], time_scale: float
 ) -> Iterator[list[Side]]:
     """One simulator per setting, all running at once (the runs interleave), stopped at exit."""
-    from qwen_npu.serve.sim.testing import running_sim
+    from qwen_npu.sim.testing import running_sim
 
     with contextlib.ExitStack() as stack:
         sides = []
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = bench_config(rest, "http://127.0.0.1:30000", PROG)
         fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
-            from qwen_npu.serve.sim.config import ConfigError, profile_path
+            from qwen_npu.sim.config import ConfigError, profile_path
 
             try:
                 profile_path(args.profile)

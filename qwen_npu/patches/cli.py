@@ -22,8 +22,8 @@ import warnings
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.log import PartLog
 from qwen_npu.patches import buildcheck, core, gdn_contract, hook, state
-from qwen_npu.patches.log import get_logger
 from qwen_npu.patches.registry import (
     ENV_DISABLE,
     GDN_CONTRACT,
@@ -150,7 +150,7 @@ def _startup_line(rows: list[dict[str, Any]], bad: list[dict[str, Any]], unknown
 def _cmd_verify(args: argparse.Namespace) -> int:
     if args.build:
         return _cmd_verify_build(args)
-    logger = get_logger()
+    logger = PartLog("patches").logger()
     level = logger.level
     if args.startup:
         logger.setLevel("CRITICAL")  # one line, below

@@ -34,9 +34,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from qwen_npu.log import PartLog
 from qwen_npu.patches import state as state_file
-from qwen_npu.patches.log import log
 from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo, disable_requests
+
+log = PartLog("patches")
 
 T = TypeVar("T")
 Probe = Literal["fixed", "needed"] | None

@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.hardware import chips
+from qwen_npu.log import PartLog
 from qwen_npu.patches import kernel_layout
-from qwen_npu.patches.log import log
 from qwen_npu.patches.registry import GDN_CONTRACT
 from qwen_npu.patches.state import write_gdn_contract
+
+log = PartLog("patches")
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 DECODE_PATCH = "gdn-decode-state-layout"

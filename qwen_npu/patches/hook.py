@@ -25,15 +25,15 @@ if TYPE_CHECKING:
 #: patch module -> the modules that must all be loaded before it applies. Kept here (not in the
 #: registry) so the start-up path imports nothing; a test checks it against the patch modules.
 TRIGGERS: dict[str, tuple[str, ...]] = {
-    "qwen_npu.patches.modelslim_moe_unquant_fallback": (
+    "qwen_npu.patches.fixes.modelslim_moe_unquant_fallback": (
         "sglang.srt.layers.quantization.modelslim.modelslim",
         "sglang.srt.layers.moe.fused_moe_triton",
     ),
-    "qwen_npu.patches.mtp_modelslim_unquant": ("sglang.srt.models.qwen3_5_mtp",),
-    "qwen_npu.patches.mamba_scatter_ub_aware": (
+    "qwen_npu.patches.fixes.mtp_modelslim_unquant": ("sglang.srt.models.qwen3_5_mtp",),
+    "qwen_npu.patches.fixes.mamba_scatter_ub_aware": (
         "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend",
     ),
-    "qwen_npu.patches.gdn_decode_state_layout": (
+    "qwen_npu.patches.fixes.gdn_decode_state_layout": (
         "sglang.srt.layers.attention.linear.kernels.gdn_triton",
     ),
 }
@@ -62,9 +62,10 @@ def _module_loaded(name: str) -> None:
                 __import__(patch_module)
                 sys.modules[patch_module].apply()
             except Exception as exc:  # never break SGLang's import because of a patch
-                from qwen_npu.patches.log import log  # logging only now: nothing at start-up
+                # logging only now: the hook imports nothing at start-up
+                from qwen_npu.log import PartLog
 
-                log(
+                PartLog("patches")(
                     "error",
                     "patch.hook_failed",
                     module=patch_module,

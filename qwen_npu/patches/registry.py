@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 UPSTREAM_PR = "https://github.com/sgl-project/sglang/pull/34353"
+#: Where the fixes live, one module per entry, named after it.
+FIXES_PACKAGE = "qwen_npu.patches.fixes"
 
 #: The states a patch can be in (docs/architecture.md). ``unknown`` is for readers without data.
 STATES: tuple[str, ...] = ("applied", "disabled", "upstream-fixed", "drifted", "target-missing")
@@ -30,7 +32,11 @@ class PatchInfo:
     why: str
     upstream_pr: str
     remove_when: str
-    module: str  # our module holding apply()
+
+    @property
+    def module(self) -> str:
+        """Our module holding ``apply()``: ``qwen_npu/patches/fixes/<name with underscores>.py``."""
+        return f"{FIXES_PACKAGE}.{self.name.replace('-', '_')}"
 
 
 PATCHES: tuple[PatchInfo, ...] = (
@@ -48,7 +54,6 @@ PATCHES: tuple[PatchInfo, ...] = (
             "SGLang's get_quant_method returns None for an all-FLOAT FusedMoE layer (the patch "
             "then reports upstream-fixed)."
         ),
-        module="qwen_npu.patches.modelslim_moe_unquant_fallback",
     ),
     PatchInfo(
         name="mtp-modelslim-unquant",
@@ -64,7 +69,6 @@ PATCHES: tuple[PatchInfo, ...] = (
             "SGLang's _mtp_quant_config returns None for a ModelSlim config whose mtp.* entries "
             "are all FLOAT (the patch then reports upstream-fixed)."
         ),
-        module="qwen_npu.patches.mtp_modelslim_unquant",
     ),
     PatchInfo(
         name="mamba-scatter-ub-aware",
@@ -83,7 +87,6 @@ PATCHES: tuple[PatchInfo, ...] = (
             "SGLang passes h_block_size to move_intermediate_cache itself (the patch then reports "
             "upstream-fixed), or sgl-kernel-npu's default fits the UB for every state shape."
         ),
-        module="qwen_npu.patches.mamba_scatter_ub_aware",
     ),
     PatchInfo(
         name="gdn-decode-state-layout",
@@ -102,7 +105,6 @@ PATCHES: tuple[PatchInfo, ...] = (
             "the patch then reports upstream-fixed), or SGLang's TritonGDNKernel.decode hands it "
             "a K-major state itself."
         ),
-        module="qwen_npu.patches.gdn_decode_state_layout",
     ),
 )
 

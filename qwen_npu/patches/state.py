@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.patches.log import log
+from qwen_npu.log import PartLog
+
+log = PartLog("patches")
 
 SCHEMA_VERSION = 1
 STATE_FILE = "state.json"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.checkpoints import SIZES, make_config
 from qwen_npu.checkpoint.model_config import ModelConfigError, read_model_config
-from tests.support.checkpoints import SIZES, make_config
 
 
 def write(tmp_path: Path, config: object) -> Path:

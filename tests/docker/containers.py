@@ -12,13 +12,13 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tools.paths import REPO
+
 CONTAINERS_CONF = REPO / "docker" / "podman" / "containers.conf"
 
 

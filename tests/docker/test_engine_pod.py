@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tools import chart as chart_tool
+from tools.paths import CHART_DIR
 
 from .dockerfile_parse import key_values, parse
 
@@ -113,6 +114,6 @@ def test_the_privileged_switch_grants_every_device_and_says_so() -> None:
         assert found is None or not (found.get("securityContext") or {}).get("privileged"), other
     plain = _pod({"npu": {"hostPath": {"privileged": True}}})  # ascend-docker-runtime
     assert "privileged" not in _engine(plain)["securityContext"]
-    schema = chart_tool.CHART_DIR / "values.schema.json"
+    schema = CHART_DIR / "values.schema.json"
     text = schema.read_text()
     assert "every device of the node" in text and "every capability" in text

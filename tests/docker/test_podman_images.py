@@ -23,7 +23,7 @@ import pytest
 
 from qwen_npu import processes
 from qwen_npu.patches.registry import OK_STATES, PATCHES
-from qwen_npu.serve.sim.testing import running_sim_process
+from qwen_npu.sim.testing import running_sim_process
 
 from .containers import (
     CONTAINERS_CONF,

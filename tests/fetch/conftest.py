@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.hubserver import Hub, Repo
 from qwen_npu.fetch.cli import main
-from tests.fetch.hubserver import Hub, Repo
 
 # Fast retries: the tests wait for events, and a retry's pause is not one of them.
 FAST = ["--no-preflight", "--backoff", "0.01", "--max-backoff", "0.02", "--progress-every", "0.05"]

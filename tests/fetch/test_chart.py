@@ -17,9 +17,9 @@ import certifi
 import helm_python as helm
 import pytest
 
+from fixtures.hubserver import Hub
 from qwen_npu.fetch.cli import build_parser, build_verify_parser, build_wait_parser
 from tests.fetch.conftest import RunFetch
-from tests.fetch.hubserver import Hub
 from tools import chart as chart_tool
 
 FETCH = chart_tool.values_from(chart_tool.CI_DIR / "fetch-values.yaml")

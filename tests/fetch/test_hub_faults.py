@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.hubserver import Hub, Repo
 from qwen_npu import processes
 from qwen_npu.fetch import run as run_module
 from qwen_npu.fetch import transfer
 from qwen_npu.fetch.cli import main
 from qwen_npu.fetch.layout import Revision, Store
 from tests.fetch.conftest import BIG, FAST, RunFetch, error_line, repo_files
-from tests.fetch.hubserver import Hub, Repo
 
 SCHEMES = ["hf", "modelscope"]
 

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.checkpoints import write_checkpoint
+from fixtures.hubserver import Hub, Repo
 from qwen_npu.fetch.layout import Store
 from qwen_npu.fetch.source import parse_source
 from qwen_npu.fetch.wait import wait
 from tests.fetch.conftest import BIG, FAST, RunFetch, error_line
-from tests.fetch.hubserver import Hub, Repo
-from tests.support.checkpoints import write_checkpoint
+from tools.paths import REPO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = REPO
 
 
 def _spawn(*argv: str) -> subprocess.Popen[str]:

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from fixtures.hubserver import Hub, Repo
 from tests.fetch.conftest import RunFetch, error_line, repo_files
-from tests.fetch.hubserver import Hub, Repo
 
 
 def _name(cn: str) -> x509.Name:

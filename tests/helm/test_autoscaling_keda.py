@@ -1,8 +1,9 @@
 """KEDA autoscaling: the rendered ScaledObject, its bad values, and the decisions it leads to.
 
-The decision model (tools/autoscaling.py) is the HPA's documented algorithm; the live test drives
+The decision model (tools/proofs/autoscaling_model.py) is the HPA's documented algorithm; the live
+test drives
 it with what Prometheus really answers for the chart's trigger queries while ``qwen-npu bench``
-loads two simulator replicas at rising and falling load (tools/autoscaling_stack.py).
+loads two simulator replicas at rising and falling load (tools/proofs/autoscaling.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 import pytest
 
 from tools import chart
-from tools.autoscaling import PHASES, PROOF_VALUES, Hpa, Rules, Scaler, Trigger, table
-from tools.autoscaling_stack import rendered_scaler, run_proof
+from tools.proofs.autoscaling import rendered_scaler, run_proof
+from tools.proofs.autoscaling_model import PHASES, PROOF_VALUES, Hpa, Rules, Scaler, Trigger, table
 
 from .conftest import render_error
 

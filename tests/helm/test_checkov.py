@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 from tools import chart as chart_tool
+from tools.paths import REPO
 
 pytestmark = pytest.mark.system  # needs a tool `make test` installs (docs: make test-fast)
 
-CHECKOV = chart_tool.REPO / ".venv-checkov" / "bin" / "checkov"
+CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
 BARE = "negative-control-engine-without-skips"
 
 

@@ -14,11 +14,10 @@ import helm_python as helm
 import pytest
 
 from tools import chart as chart_tool
-from tools.failover import unknown_flags
+from tools.paths import REPO
+from tools.proofs.failover import unknown_flags
 
-ROUTER_BIN = Path(
-    os.environ.get("QWEN_NPU_ROUTER_BIN", str(chart_tool.REPO / ".venv-router" / "bin" / "smg"))
-)
+ROUTER_BIN = Path(os.environ.get("QWEN_NPU_ROUTER_BIN", str(REPO / ".venv-router" / "bin" / "smg")))
 ROUTER = chart_tool.values_from(chart_tool.CI_DIR / "router-values.yaml")
 
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from tools import chart as chart_tool
+from tools.paths import REPO
 
-DOC = chart_tool.REPO / "docs" / "chart.md"
+DOC = REPO / "docs" / "chart.md"
 UPSTREAM_PROFILE = chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a8.yaml"
 
 
@@ -102,7 +103,7 @@ def test_should_parse_with_sglang_server_args_when_rendering_every_scenario(
         "                a.mamba_ssm_dtype, a.quantization, a.mem_fraction_static]\n"
         "print(json.dumps(out))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(chart_tool.REPO / "tests" / "stubs")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests" / "stubs")}
     proc = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", script],
         input=json.dumps(lines),

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.sim.testing import running_sim
 from tools import chart as chart_tool
 from tools.perf.sidecar import sidecar_process
 

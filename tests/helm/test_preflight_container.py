@@ -27,6 +27,7 @@ import pytest
 from qwen_npu.preflight import Options
 from qwen_npu.preflight.cli import build_parser
 from tools import chart as chart_tool
+from tools.paths import REPO
 
 UPSTREAM = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.6-35b-a3b-w8a8.yaml")
 BIG = chart_tool.values_from(chart_tool.PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml")
@@ -132,7 +133,7 @@ def _preflight_args(values: dict[str, Any], role: str = "single") -> list[str]:
 
 
 def test_should_equal_documented_preflight_line_when_rendering_defaults() -> None:
-    text = (chart_tool.REPO / "docs" / "chart.md").read_text()
+    text = (REPO / "docs" / "chart.md").read_text()
     marker = "<!-- documented-preflight -->"
     assert marker in text, f"docs/chart.md: the marker {marker} is missing"
     block = text.split(marker, 1)[1].split("```bash", 1)[1].split("```", 1)[0]
@@ -273,7 +274,7 @@ def test_should_keep_unrelated_extra_flags_when_rendering() -> None:
 def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A mount path holding a synthetic Qwen3.6-35B-A3B-shaped checkpoint (fp32 SSM state, FLOAT
     MTP, real safetensors headers over sparse shards)."""
-    from tests.support.checkpoints import write_checkpoint
+    from fixtures.checkpoints import write_checkpoint
 
     root = tmp_path_factory.mktemp("models")
     write_checkpoint(root / CHECKPOINT, "35B-A3B", shard_headers=True)

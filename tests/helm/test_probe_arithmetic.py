@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.serve.sidecar.config import Settings
+from qwen_npu.sidecar.config import Settings
 from tools import chart as chart_tool
+from tools.paths import REPO
 
-DOC = chart_tool.REPO / "docs" / "chart.md"
+DOC = REPO / "docs" / "chart.md"
 MARKER = "<!-- probe-arithmetic -->"
 
 

@@ -1,7 +1,7 @@
 """Every scenario renders, lints clean and passes strict schema validation.
 
 Scenarios: every profile with MTP on and off, every ci/ overlay, and the LeaderWorkerSet profile
-with the router, autoscaling and the API key (tools/chart.py).
+with the router, autoscaling and the API key (tools/chart/).
 
 Each scenario is linted and validated once, against one Kubernetes minor, and the scenarios share
 the minors out so that every minor the chart claims is used (`COVERING`): that catches a field a
@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tools import chart as chart_tool
+from tools.chart import __main__ as chart_cli
 
 SCENARIOS = list(chart_tool.scenarios())
 
@@ -151,7 +152,7 @@ def test_should_claim_tested_kubernetes_versions_when_reading_kube_version(repo:
 
 
 def test_should_package_when_running_chart_package(tmp_path: Any) -> None:
-    assert chart_tool.main(["package", "--out", str(tmp_path)]) == 0
+    assert chart_cli.main(["package", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "qwen-npu-0.1.0.tgz").is_file()
 
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tools import chart as chart_tool
+from tools.paths import CHART_DIR
 
 P = chart_tool.PROFILES_DIR
 UPSTREAM = chart_tool.values_from(P / "qwen3.6-35b-a3b-w8a8.yaml")
@@ -115,7 +116,7 @@ def test_should_roll_engine_pods_only_through_their_images_when_image_tag_change
 def _chart_released_as(tmp: Path, version: str, app_version: str) -> helm.Chart:
     """The chart as a later release would ship it: the same templates and values, new versions."""
     copy = tmp / f"qwen-npu-{version}"
-    shutil.copytree(chart_tool.CHART_DIR, copy)
+    shutil.copytree(CHART_DIR, copy)
     meta = yaml.safe_load((copy / "Chart.yaml").read_text())
     meta.update(version=version, appVersion=app_version)
     (copy / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
@@ -241,7 +242,7 @@ def test_should_ship_filled_monitoring_when_installing_with_defaults() -> None:
     (rule,) = chart_tool.find(docs, "PrometheusRule")
     assert chart_tool.find(docs, "ServiceMonitor")
     boards = [d for d in chart_tool.find(docs, "ConfigMap") if "grafana_dashboard" in json.dumps(d)]
-    shipped = {p.name for p in (chart_tool.CHART_DIR / "files/dashboards").glob("*.json")}
+    shipped = {p.name for p in (CHART_DIR / "files/dashboards").glob("*.json")}
     assert {name for board in boards for name in board["data"]} == shipped
     for board in boards:
         assert monitoring["dashboards"]["labels"].items() <= board["metadata"]["labels"].items()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tools.paths import REPO
 
 
 def bench(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tokenizer import build_tokenizer
+from fixtures.tokenizer import build_tokenizer
 
 
 @pytest.fixture(scope="session")

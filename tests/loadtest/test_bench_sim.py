@@ -3,7 +3,7 @@
 The reference is what the server produced in each run, not its configured timings: on two shared
 cores a busy neighbour makes any server emit late, and a comparison with the configured 50/10 ms
 then measures the neighbour, not the bench. The accuracy tests run against the independent truth
-server (qwen_npu/loadtest/truth_server.py: first token 50 ms after it reads the request, then one
+server (fixtures/truth_server.py: first token 50 ms after it reads the request, then one
 every 10 ms) and take the reference from its per-request log (GET /truth/log): TTFT = first emit
 minus receive, TPOT = (last - first emit) / (tokens - 1), E2E = last emit minus receive, output
 throughput over the server's span (first receive to last emit); the bench's warm-up request is the
@@ -35,7 +35,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from qwen_npu import processes
-from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.sim.testing import running_sim
 
 from .benchrun import REPO, bench
 
@@ -59,7 +59,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     which no request of that test alone can give; the cause was not isolated further.)"""
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "qwen_npu.loadtest.truth_server", "--port", str(port),
+    cmd = [sys.executable, "-m", "fixtures.truth_server", "--port", str(port),
            "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]  # fmt: skip
     log = tmp_path_factory.mktemp("truth") / "truth.log"
     with processes.running(cmd, ready_url=url + "/health", log=log, what="truth server", cwd=REPO):

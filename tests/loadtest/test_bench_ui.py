@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from qwen_npu import processes
-from qwen_npu.serve.sim.testing import free_port, running_sim
+from qwen_npu.sim.testing import free_port, running_sim
 
 from .benchrun import REPO
 

@@ -3,7 +3,7 @@
 The crossover test runs the calibrated MTP profile (3 steps) against its MTP-off twin on two
 simulators (timings scaled down, few prompts) and checks that bench-compare finds, beyond the
 spread of its repeats, the concurrency at which MTP stops paying that the simulator's pricing
-model gives on paper (``qwen_npu.serve.sim.pricing.crossover``).
+model gives on paper (``qwen_npu.sim.pricing.crossover``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from qwen_npu.loadtest.compare import CompareError
 from qwen_npu.loadtest.compare_stats import Spread, crossover, format_pair, pick, summarize, verdict
 from qwen_npu.loadtest.tune import Setting, bands, parse_settings, parse_urls, recommend
-from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.sim.testing import running_sim
 
 from .benchrun import REPO
 
@@ -196,7 +196,7 @@ CONCS = (1, 32)
 
 
 def _paper_config(flags: dict[str, Any]) -> Any:
-    from qwen_npu.serve.sim import config as simconfig
+    from qwen_npu.sim import config as simconfig
 
     kebab = {k.replace("_", "-"): v for k, v in flags.items() if k != "profile"}
     cfg, _ = simconfig.build(kebab, profile=flags["profile"], env={})
@@ -217,7 +217,7 @@ def mtp_pair() -> Iterator[tuple[dict[str, Any], dict[str, Any], str, str]]:
 def test_bench_compare_finds_the_crossover_the_model_implies(
     mtp_pair: tuple[dict[str, Any], dict[str, Any], str, str], tmp_path: Path
 ) -> None:
-    pricing = pytest.importorskip("qwen_npu.serve.sim.pricing")
+    pricing = pytest.importorskip("qwen_npu.sim.pricing")
     on, off, url_on, url_off = mtp_pair
     cfg_on, cfg_off = _paper_config(on), _paper_config(off)
     lens = {"input_len": IN_LEN, "output_len": OUT_LEN}

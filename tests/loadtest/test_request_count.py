@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.sim.testing import running_sim
 
 from .benchrun import bench
 

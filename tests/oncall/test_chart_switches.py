@@ -19,12 +19,14 @@ import helm_python as helm
 import pytest
 import yaml
 
+from tools.paths import CHART_DIR
+
 from .stand_ins import calls, install, make
 
 # Slow: renders every profile through make; test-fast keeps the other oncall tests.
 pytestmark = pytest.mark.slow
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "qwen-npu"
+CHART = CHART_DIR
 PROFILES = sorted((CHART / "profiles").glob("*.yaml"))
 SELECTOR_KEYS = {"selector", "podSelector", "matchLabels", "namespaceSelector"}
 

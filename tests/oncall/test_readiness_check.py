@@ -13,7 +13,7 @@ import pytest
 
 from qwen_npu import processes
 from qwen_npu.processes import free_port
-from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.sim.testing import running_sim
 
 from .stand_ins import install, make
 

@@ -116,7 +116,8 @@ def test_patch_names_in_the_runbook_are_the_registry(repo: Path) -> None:
 
 def test_every_promql_metric_named_in_the_runbook_exists(repo: Path) -> None:
     """A renamed metric breaks this test, not the 3 a.m. query."""
-    from qwen_npu.serve import catalogue, sglang_metrics
+    from qwen_npu.metrics import catalogue
+    from qwen_npu.metrics import sglang as sglang_metrics
 
     known: set[str] = set()
     for module in (catalogue, sglang_metrics):

@@ -137,7 +137,8 @@ def get_spec():
 HOOK_CHILD = """
 import json, os, sys
 import sglang.srt.models.qwen3_5_mtp as mtp
-from qwen_npu.patches import hook, mtp_modelslim_unquant as patch
+from qwen_npu.patches import hook
+from qwen_npu.patches.fixes import mtp_modelslim_unquant as patch
 state = json.load(open(os.path.join(os.environ["QWEN_NPU_STATE_DIR"], "state.json")))
 probe = patch._ProbeModelSlimConfig()
 print(json.dumps({

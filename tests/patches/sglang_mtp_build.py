@@ -125,8 +125,8 @@ def npu_answers() -> None:
 @contextmanager
 def patches(on: bool) -> Iterator[None]:
     """The qwen-npu patches as the .pth hook left them (on), or reverted for the block (off)."""
-    from qwen_npu.patches import modelslim_moe_unquant_fallback as moe
-    from qwen_npu.patches import mtp_modelslim_unquant as mtp
+    from qwen_npu.patches.fixes import modelslim_moe_unquant_fallback as moe
+    from qwen_npu.patches.fixes import mtp_modelslim_unquant as mtp
 
     for module in (moe, mtp):
         module.apply()

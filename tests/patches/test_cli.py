@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from qwen_npu.patches import cli, gdn_contract, hook
-from qwen_npu.patches import mamba_scatter_ub_aware as scatter
-from qwen_npu.patches import mtp_modelslim_unquant as mtp_patch
+from qwen_npu.patches.fixes import mamba_scatter_ub_aware as scatter
+from qwen_npu.patches.fixes import mtp_modelslim_unquant as mtp_patch
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 
 

@@ -14,11 +14,12 @@ import torch
 from qwen_npu.patches import gdn_contract as gc
 from qwen_npu.patches.registry import GDN_CONTRACT
 from qwen_npu.patches.state import read_state
+from tools.paths import STUBS
 
 from .gdn_kernels import kernel_source
 
 V, K = gc.POOL_V, gc.POOL_K
-MOVER_STUB = Path(__file__).resolve().parents[1] / "stubs/sgl_kernel_npu/mamba"
+MOVER_STUB = STUBS / "sgl_kernel_npu/mamba"
 
 
 def dense_pool() -> tuple[Any, Any, list[Any], str]:

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from qwen_npu.patches import gdn_contract
-from qwen_npu.patches import gdn_decode_state_layout as patch
+from qwen_npu.patches.fixes import gdn_decode_state_layout as patch
 
 from .gdn_kernels import gating, reference_verify, step
 

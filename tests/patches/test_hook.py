@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 
 from qwen_npu.patches import hook
+from tools.paths import REPO, STUBS
 
-REPO = Path(__file__).resolve().parents[2]
 PTH = REPO / "qwen_npu" / "patches" / "qwen_npu_patches.pth"
-STUBS = REPO / "tests" / "stubs"
 
 
 def python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -141,7 +140,8 @@ def _child_report() -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import sglang.srt.models.qwen3_5_mtp as mtp
-    from qwen_npu.patches import core, mtp_modelslim_unquant
+    from qwen_npu.patches import core
+    from qwen_npu.patches.fixes import mtp_modelslim_unquant
 
     return {
         "hook_installed": child_hook.installed(),

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from qwen_npu.patches import kernel_layout as kl
+from tools.paths import STUBS
 
 from .gdn_kernels import K_MAJOR_ADDRESS, V_MAJOR_ADDRESS, kernel_source
 
 WRAPPER = "fused_sigmoid_gating_delta_rule_update_decode_npu"
-MOVER_STUB = (
-    Path(__file__).resolve().parents[1] / "stubs/sgl_kernel_npu/mamba/mamba_state_update_triton.py"
-)
+MOVER_STUB = STUBS / "sgl_kernel_npu/mamba/mamba_state_update_triton.py"
 
 
 def test_the_npu_decode_kernel_stand_in_reads_k_major() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from qwen_npu.patches import cli, kernel_tiling
-from qwen_npu.patches import mamba_scatter_ub_aware as scatter
+from qwen_npu.patches.fixes import mamba_scatter_ub_aware as scatter
 from qwen_npu.patches.kernel_tiling import IGNORED, TILES, UNKNOWN, analyse, analyse_source
 from qwen_npu.patches.state import read_state
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
+from tools.paths import REPO
 from tools.versions import read_versions
 
 pytestmark = [pytest.mark.sglang]
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 #: The Python versions the engine can run (pyproject's requires-python >= 3.11, the CANN bases).
 ENGINE_PYTHONS = ("3.11", "3.12", "3.13")
 
@@ -171,7 +171,7 @@ def test_engine_verbs_answer_the_same_on_each_python(
     minor: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Same exit code and JSON on the engine's Python as on the venv's, from the stdlib alone."""
-    from tests.support.checkpoints import write_checkpoint
+    from fixtures.checkpoints import write_checkpoint
 
     ckpt = tmp_path_factory.getbasetemp() / "py-versions-35b"
     if not (ckpt / "config.json").exists():

@@ -9,9 +9,10 @@ import pytest
 
 from qwen_npu.patches import hook
 from qwen_npu.patches.registry import BY_NAME, PATCHES, STATES, get_patch
+from tools.paths import REPO
 
-PATCH_DIR = Path(__file__).resolve().parents[2] / "qwen_npu" / "patches"
-TEST_DIR = Path(__file__).resolve().parent
+FIX_DIR = REPO / "qwen_npu" / "patches" / "fixes"
+TEST_DIR = Path(__file__).resolve().parent / "fixes"
 
 
 def test_names_are_the_contract_names() -> None:
@@ -30,8 +31,8 @@ def test_each_entry_matches_its_module_and_test(info: object) -> None:
 
     assert isinstance(info, PatchInfo)
     basename = info.name.replace("-", "_")
-    assert info.module == f"qwen_npu.patches.{basename}"
-    assert (PATCH_DIR / f"{basename}.py").is_file()
+    assert info.module == f"qwen_npu.patches.fixes.{basename}"
+    assert (FIX_DIR / f"{basename}.py").is_file()
     assert (TEST_DIR / f"test_{basename}.py").is_file()
     module = importlib.import_module(info.module)
     assert module.INFO is info
@@ -47,9 +48,11 @@ def test_each_entry_matches_its_module_and_test(info: object) -> None:
 
 
 def test_every_patch_module_on_disk_is_registered() -> None:
-    # A fix module is one that defines apply(); the rest of the folder is the machinery around them
-    # (core, hook, registry, state, log, cli). The checkpoint readers live in qwen_npu/checkpoint/.
-    fixes = {p.stem for p in PATCH_DIR.glob("*.py") if "\ndef apply(" in p.read_text()}
+    # A fix module is one that defines apply(); they live in patches/fixes/, the framework beside
+    # them (core, hook, registry, state, cli) defines none.
+    fixes = {p.stem for p in FIX_DIR.glob("*.py") if "\ndef apply(" in p.read_text()}
+    framework = [p.stem for p in FIX_DIR.parent.glob("*.py") if "\ndef apply(" in p.read_text()]
+    assert framework == []
     assert fixes == {p.name.replace("-", "_") for p in PATCHES}
     assert set(hook.TRIGGERS) == {p.module for p in PATCHES}
 

@@ -28,20 +28,20 @@ from typing import Any
 
 import pytest
 
+from fixtures.checkpoints import make_config, make_description, tensors
 from qwen_npu import processes
 from qwen_npu.checkpoint.model_config import read_model_config
 from qwen_npu.preflight import memory
-from tests.support.checkpoints import make_config, make_description, tensors
+from tools.paths import REPO
 
 #: The fixture's child is mostly SGLang's imports; a loaded shared machine stretches them.
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("sglang_mtp_build.py")
 UPSTREAM_ERROR = (
     "Unsupported ModelSlim MoE schemes for layer mtp.layers.0.mlp.experts: W13='FLOAT', W2='FLOAT'"
 )
-#: Every profile's checkpoint (helm/qwen-npu/profiles), by tests.support.checkpoints SIZES key.
+#: Every profile's checkpoint (helm/qwen-npu/profiles), by fixtures.checkpoints SIZES key.
 PROFILES = ("27B", "35B-A3B", "122B-A10B", "397B-A17B")
 #: Qwen3.5's rotary settings. SGLang reads rope_parameters; they change no parameter's size.
 ROPE = {"rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25}

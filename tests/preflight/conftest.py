@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from fixtures.checkpoints import write_checkpoint
 from qwen_npu.preflight.cli import main
-from tests.support.checkpoints import write_checkpoint
 
 CLEAN_ENV = {"QWEN_NPU_DISABLE_PATCHES": "", "SGLANG_MAMBA_SSM_DTYPE": ""}
 

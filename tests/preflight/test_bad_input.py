@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.checkpoints import write_checkpoint
 from tests.preflight.conftest import RunCli
-from tests.support.checkpoints import write_checkpoint
 
 FILES = ["config.json", "quant_model_description.json", "model.safetensors.index.json"]
 CORRUPTIONS = {

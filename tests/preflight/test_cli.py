@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.hardware.test_ub_plan import UB_PLAN_KEYS
 from tests.preflight.conftest import RunCli
+from tools.paths import REPO
 
 TOP_KEYS = {
     "schema_version",
@@ -124,7 +125,7 @@ def test_standard_library_only() -> None:
         text=True,
         timeout=60,
         check=True,
-        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        env={"PYTHONPATH": str(REPO)},
     )
     top = set(proc.stdout.split())
     foreign = top - set(sys.stdlib_module_names) - {"qwen_npu", "__main__"}

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.checkpoint.model_config import parse_model_config
-from qwen_npu.preflight import Options, run_preflight
-from qwen_npu.preflight.memory import GIB, shape_bytes
-from qwen_npu.preflight.quant import summarize
-from tests.support.checkpoints import (
+from fixtures.checkpoints import (
     Schemes,
     make_config,
     make_description,
     make_index,
     write_checkpoint,
 )
+from qwen_npu.checkpoint.model_config import parse_model_config
+from qwen_npu.preflight import Options, run_preflight
+from qwen_npu.preflight.memory import GIB, shape_bytes
+from qwen_npu.preflight.quant import summarize
 
 # The largest size is a slow test: make test runs it, test-fast keeps the three others.
 LARGEST = pytest.param("397B-A17B", marks=pytest.mark.slow)

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.preflight import Options, run_preflight
-from tests.preflight.conftest import RunCli
-from tests.support.checkpoints import (
+from fixtures.checkpoints import (
     make_config,
     make_description,
     tensor_sizes,
     write_checkpoint,
 )
+from qwen_npu.preflight import Options, run_preflight
+from tests.preflight.conftest import RunCli
 
 SHARD = "model-00002-of-00008.safetensors"
 

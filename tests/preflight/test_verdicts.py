@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.checkpoints import SIZES, Schemes, write_checkpoint
 from qwen_npu.preflight import Options, run_preflight
 from qwen_npu.preflight.report import READY, READY_WITH_PATCHES, WOULD_FAIL, Report
-from tests.support.checkpoints import SIZES, Schemes, write_checkpoint
 
 ALL_THREE = {"modelslim-moe-unquant-fallback", "mtp-modelslim-unquant", "mamba-scatter-ub-aware"}
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tools.paths import REPO
 from tools.release import oci
 from tools.release.registry import Credentials, Registry
 
-REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "releaser", "s3cret-test"
 VERSION = "0.1.0"
 

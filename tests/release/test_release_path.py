@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.release.conftest import VERSION, one_error_line, tiny_image
+from tools.paths import REPO
 from tools.release import chart, flow, oci, signing
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
@@ -441,7 +442,7 @@ def test_policy_refuses_a_tampered_image(
 def test_model_image_round_trip_restores_the_same_bytes(
     cli: Any, registries: Any, pki: Any, tmp_path: Path
 ) -> None:
-    from tests.support.checkpoints import write_checkpoint
+    from fixtures.checkpoints import write_checkpoint
 
     rel, _ = registries
     ckpt = write_checkpoint(tmp_path / "Qwen3.6-35B-A3B-w8a8", "35B-A3B")
@@ -506,7 +507,7 @@ def test_make_release_wires_the_stand_in_engine_tag(
             f"SIDECAR_SOURCE={images['sidecar']}",
             f"RELEASE_OUT={tmp_path}",
         ],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,

@@ -89,7 +89,7 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
 
 
 def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
-    from tests.fetch.hubserver import Hub, Repo
+    from fixtures.hubserver import Hub, Repo
 
     big = tmp / "big.safetensors"
     _random_file(big, int(FETCH_GB * GB))

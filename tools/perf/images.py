@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from qwen_npu import processes
+from tools.paths import REPO
 from tools.versions import read_versions
 
-REPO = Path(__file__).resolve().parents[2]
 # python:3.11-slim-bookworm, uncompressed, as `docker image ls` reports it (an estimate: the build
 # machine measures the real image, docs/images.md checklist item 3).
 BASE_IMAGE_MB_ESTIMATE = 130

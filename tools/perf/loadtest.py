@@ -1,6 +1,6 @@
 """``make perf-loadtest``: both clients against an independent truth server; one process's capacity.
 
-Part 1 (accuracy): the truth server (qwen_npu/loadtest/truth_server.py: no simulator code; first
+Part 1 (accuracy): the truth server (fixtures/truth_server.py: no simulator code; first
 token 50 ms after it read the request line, then one every 10 ms; 256 tokens in, 100 out) logs per
 request when it received it and when it emitted the first and last token. ``qwen-npu bench`` and
 ``sglang.benchmark.serving`` run the same dataset at CONC 1, 10 and 64, alternating, REPS times
@@ -27,13 +27,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from fixtures.tokenizer import build_tokenizer
+from fixtures.truth_server import summarize as truth_summary
 from qwen_npu import processes
 from qwen_npu.loadtest.compare_stats import Spread, beats
-from qwen_npu.loadtest.truth_server import summarize as truth_summary
-from qwen_npu.serve.sim.testing import running_sim
-from tests.support.tokenizer import build_tokenizer
+from qwen_npu.sim.testing import running_sim
+from tools.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TTFT, ITL, IN_LEN, OUT_LEN = 50.0, 10.0, 256, 100
 E2E = TTFT + (OUT_LEN - 1) * ITL
 NUM = {1: 12, 10: 50, 64: 256}
@@ -126,7 +126,7 @@ def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True)
     verdicts: list[str] = []
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "qwen_npu.loadtest.truth_server", "--port", str(port),
+    cmd = [sys.executable, "-m", "fixtures.truth_server", "--port", str(port),
            "--ttft-ms", str(TTFT), "--itl-ms", str(ITL)]  # fmt: skip
     bench_startup = _cpu_of([sys.executable, "-c", "import qwen_npu.loadtest.runner"])
     startup = {"qwen-npu bench": bench_startup, REQUESTS_CLIENT: bench_startup}

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tools.paths import REPO
+
 PTH = REPO / "qwen_npu" / "patches" / "qwen_npu_patches.pth"
 
 

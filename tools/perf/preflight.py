@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fixtures.checkpoints import write_checkpoint
 from qwen_npu.preflight import Options, run_preflight
-from tests.support.checkpoints import write_checkpoint
 
 RUNS = int(os.environ.get("PERF_PREFLIGHT_RUNS", "5"))
 GOAL_S = 1.0

@@ -36,7 +36,7 @@ import httpx
 
 from qwen_npu import processes
 from qwen_npu.processes import free_port
-from qwen_npu.serve.sim.testing import running_sim
+from qwen_npu.sim.testing import running_sim
 
 GOAL_P99_MS = 5.0
 GOAL_RSS_MB = 80.0

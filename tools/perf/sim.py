@@ -7,7 +7,7 @@ median measured TTFT and inter-token gap beside the configured ones; the capacit
 streamed tokens/s the simulator sustains on its one core and how late its steps were. The
 calibration run drives the calibrated MTP profile and its MTP-off twin in a closed loop (1024 in /
 100 out, as the upstream pull request's benchmark) and sets the measured TPOT, output tokens/s and
-TTFT beside the upstream table and the paper model (``qwen_npu.serve.sim.pricing``).
+TTFT beside the upstream table and the paper model (``qwen_npu.sim.pricing``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.serve.sim import pricing
-from qwen_npu.serve.sim.clock import new_loop, ready_at
-from qwen_npu.serve.sim.config import SimConfig, build
-from qwen_npu.serve.sim.testing import running_sim, running_sim_process
+from qwen_npu.sim import pricing
+from qwen_npu.sim.clock import new_loop, ready_at
+from qwen_npu.sim.config import SimConfig, build
+from qwen_npu.sim.testing import running_sim, running_sim_process
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -339,7 +339,7 @@ def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> lis
         f"## Calibration: `{MTP_PROFILE}` against the upstream table",
         "",
         "SGLang PR #34353 (Qwen3.6-35B-A3B W8A8, 910B TP2, NEXTN 3 steps / 4 draft tokens, "
-        "1024 in / 100 out) vs the paper model (`qwen_npu/serve/sim/pricing.py`, steady state) vs "
+        "1024 in / 100 out) vs the paper model (`qwen_npu/sim/pricing.py`, steady state) vs "
         "this simulator measured in a closed loop (client means; tokens/s over the run, first "
         "wave included). Accept length on paper: "
         f"{pricing.accept_length(on):.2f} tokens per verify step.",

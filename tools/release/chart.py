@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
+from tools.paths import CHART_DIR
 from tools.release import ReleaseError
 from tools.release.registry import Registry, Target
 
-CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "qwen-npu"
 PROV_MEDIA_TYPE = "application/vnd.cncf.helm.chart.provenance.v1.prov"
 CHART_REPO = "charts"
 _LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<rest>.*)$")

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.paths import CHART_DIR, REPO
 from tools.release import ReleaseError, chart, oci, sbom, signing
 from tools.release.registry import Registry, Target
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = REPO
 IMAGES = ("engine", "sidecar")
 # Where the nodes keep the site's public keyring (policy.json's keyPath).
 NODE_KEYRING = Path("/etc/containers/keys/qwen-npu-site.gpg")
@@ -369,7 +370,7 @@ def pull_and_verify(
 def _chart_version() -> str:
     import yaml
 
-    data = yaml.safe_load((chart.CHART_DIR / "Chart.yaml").read_text())
+    data = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
     return str(data["version"])
 
 

@@ -504,7 +504,7 @@ sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then
 {{/*
 The router's arguments (after `python3 -m sglang_router.launch_router`, the pinned sglang-router;
 `smg launch` takes the same): one flag or value per line. The one builder of the router's command
-line: `make failover` (tools/failover.py) renders it and only swaps the service discovery flags for
+line: `make failover` (tools/proofs/failover.py) renders it and only swaps the service discovery flags for
 its local workers' URLs; tests/helm/test_drain_router.py checks every flag against the pinned
 router's `--help`.
 */}}

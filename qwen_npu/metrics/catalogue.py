@@ -1,0 +1,218 @@
+"""THE catalogue of the sidecar's ``qwen_npu_*`` metrics: names, kinds, help, labels, buckets.
+
+Why this exists: dashboards, alert rules, docs and tests all read ``CATALOGUE``; the sidecar's
+collector (``qwen_npu.sidecar.collector``) builds exactly these metric families from it at
+scrape time and nothing else, so a renamed metric breaks a test, not a dashboard at 3 a.m. The
+names are the contract in docs/architecture.md. Standard library only, so the dashboard generator
+imports it without prometheus_client. Patch names and states, and the GDN contract's links and
+verdicts, are not declared here: they come from the patch ledger (``qwen_npu.patches.registry``).
+"""
+
+from __future__ import annotations
+
+from qwen_npu.metrics.spec import MetricSpec
+from qwen_npu.patches import registry
+
+PREFIX = "qwen_npu_"
+
+#: Patch names (the ledger's, in its order); every one gets a ``qwen_npu_patch_state`` series.
+PATCH_NAMES: tuple[str, ...] = tuple(patch.name for patch in registry.PATCHES)
+#: Patch states (the ledger's), plus ``unknown`` when there is no (readable) state file.
+PATCH_STATES: tuple[str, ...] = (*registry.STATES, registry.UNKNOWN)
+#: Where a UB plan comes from: the state file the engine wrote, or config.json.
+UB_SOURCES: tuple[str, ...] = ("engine", "predicted")
+#: Kinds of failed exchanges with the engine (``qwen_npu_engine_errors_total{kind}``).
+ERROR_KINDS: tuple[str, ...] = ("connect", "timeout", "status", "too_large", "malformed")
+#: Outcomes of one canary request (``qwen_npu_canary_runs_total{result}``).
+CANARY_RESULTS: tuple[str, ...] = ("ok", "degenerated", "golden_mismatch", "error")
+#: The GDN state contract's links (the ledger's, in its order) and their verdicts.
+GDN_LINKS: tuple[str, ...] = tuple(link.name for link in registry.GDN_CONTRACT)
+GDN_VERDICTS: tuple[str, ...] = registry.CONTRACT_VERDICTS
+#: What replaces the sidecar's own acceptance window (the recording rules of
+#: qwen_npu/observability/recording.py; dashboards and alerts read those).
+SPEC_WINDOW_DEPRECATED = (
+    "read the recording rules qwen_npu:spec_accept_length:rate10m and "
+    "qwen_npu:spec_accept_rate:rate10m instead; removed in the next minor release"
+)
+
+HEALTH_PROBE_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30,
+)  # fmt: skip
+CANARY_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120,
+)  # fmt: skip
+
+
+def _g(name: str, help_: str, unit: str = "short", labels: tuple[str, ...] = ()) -> MetricSpec:
+    return MetricSpec(PREFIX + name, "gauge", help_, labels, unit=unit)
+
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    # Engine health, as the sidecar's background probe sees it.
+    _g("engine_up", "1 when the engine's HTTP server answers at all (any status), else 0."),
+    _g(
+        "engine_ready",
+        "1 when the last /health_generate answered 200 and the engine is not draining.",
+    ),
+    _g(
+        "engine_draining",
+        "1 when the engine answers 503 after having been ready (SGLang shutting down).",
+    ),
+    MetricSpec(
+        PREFIX + "engine_health_probe_seconds",
+        "histogram",
+        "Latency of the sidecar's /health_generate probes (failures too, up to the timeout).",
+        buckets=HEALTH_PROBE_BUCKETS,
+        unit="s",
+    ),
+    _g(
+        "engine_consecutive_failures",
+        "Consecutive /health_generate probes that did not answer 200 (any reason).",
+    ),
+    _g(
+        "engine_startup_elapsed_seconds",
+        "Seconds since the current engine start began; frozen once it is first ready.",
+        "s",
+    ),
+    _g(
+        "startup_budget_seconds",
+        "The startup budget the sidecar allows (QWEN_NPU_STARTUP_BUDGET_S).",
+        "s",
+    ),
+    _g(
+        "engine_uptime_seconds",
+        "Seconds since the current engine start was first ready; 0 before.",
+        "s",
+    ),
+    MetricSpec(
+        PREFIX + "engine_restarts_total",
+        "counter",
+        "Engine restarts seen: the engine port refused connections after it had been ready.",
+        unit="short",
+    ),
+    MetricSpec(
+        PREFIX + "engine_errors_total",
+        "counter",
+        "Failed exchanges with the engine by kind (connect, timeout, status, too_large, "
+        "malformed); expected failures while the engine is still starting are not counted.",
+        ("kind",),
+        unit="short",
+    ),
+    # Build and patches.
+    MetricSpec(
+        PREFIX + "build_info",
+        "info",
+        "Always 1; labels carry the qwen-npu and SGLang versions (unknown when not reported).",
+        ("qwen_npu_version", "sglang_version"),
+        unit="short",
+    ),
+    _g(
+        "patch_state",
+        "1 for each patch's current state, 0 for its other states; state unknown when the state "
+        "file is missing or corrupt.",
+        labels=("patch", "state"),
+    ),
+    _g(
+        "gdn_contract",
+        "1 for each GDN state contract link's current verdict (pass, fail, unknown), 0 for the "
+        "other two; unknown when the state file does not report the link.",
+        labels=("link", "verdict"),
+    ),
+    # Unified-buffer plan of the mamba scatter: what the engine used and what config.json predicts.
+    _g("ub_plan_known", "1 when the plan of this source is known.", labels=("source",)),
+    _g("ub_budget_bytes", "UB budget the plan was made for, in bytes.", "bytes", ("source",)),
+    _g(
+        "ub_head_block_size", "Planned h_block_size of move_intermediate_cache.", labels=("source",)
+    ),
+    _g("ub_tile_bytes", "Bytes of one [h, V, K] tile.", "bytes", ("source",)),
+    _g(
+        "ub_buffered_bytes", "Bytes of the tile times the compiler's buffers.", "bytes", ("source",)
+    ),
+    _g(
+        "ub_headroom_bytes",
+        "UB budget minus buffered bytes (negative: overflow).",
+        "bytes",
+        ("source",),
+    ),
+    _g(
+        "ub_plane_overflow",
+        "1 when one (V, K) plane alone, buffered, exceeds the UB budget.",
+        labels=("source",),
+    ),
+    _g(
+        "ub_plan_mismatch",
+        "1 when both plans are known and their h_block_size or tile bytes differ, else 0.",
+    ),
+    # Speculative decoding.
+    _g("spec_enabled", "1 when the engine runs speculative decoding (from /server_info)."),
+    MetricSpec(
+        PREFIX + "spec_info",
+        "info",
+        "Always 1; the speculative algorithm (none when off, unknown before /server_info answers).",
+        ("algorithm",),
+        unit="short",
+    ),
+    _g("spec_num_steps", "speculative_num_steps from /server_info."),
+    _g(
+        "spec_num_draft_tokens",
+        "speculative_num_draft_tokens (draft tokens per verify) from /server_info.",
+    ),
+    MetricSpec(
+        PREFIX + "spec_accept_length",
+        "gauge",
+        "Tokens per verify over the window: delta generation_tokens / delta spec_verify_calls "
+        "(NaN when no verify in the window).",
+        unit="short",
+        deprecated=SPEC_WINDOW_DEPRECATED,
+    ),
+    MetricSpec(
+        PREFIX + "spec_accept_rate",
+        "gauge",
+        "Accepted share of drafts over the window: (accept_length - 1) / (draft tokens - 1).",
+        unit="percentunit",
+        deprecated=SPEC_WINDOW_DEPRECATED,
+    ),
+    MetricSpec(
+        PREFIX + "spec_window_seconds",
+        "gauge",
+        "Length of the sliding window of the spec acceptance metrics.",
+        unit="s",
+        deprecated=SPEC_WINDOW_DEPRECATED,
+    ),
+    # Output-quality canary.
+    MetricSpec(
+        PREFIX + "canary_runs_total",
+        "counter",
+        "Canary requests by result (ok, degenerated, golden_mismatch, error).",
+        ("result",),
+        unit="short",
+    ),
+    _g(
+        "canary_degeneration_score",
+        "Share of repeated 3-grams in the last canary output (0 clean .. 1 one loop); NaN before.",
+        "percentunit",
+    ),
+    _g(
+        "canary_longest_repeat_tokens",
+        "Longest stretch of the last canary output that repeats itself.",
+    ),
+    _g(
+        "canary_golden_prefix_ratio",
+        "Matching prefix of the last canary output / golden output length (NaN without golden).",
+        "percentunit",
+    ),
+    _g(
+        "canary_last_success_timestamp_seconds",
+        "Unix time of the last ok canary run.",
+        "dateTimeAsIso",
+    ),
+    MetricSpec(
+        PREFIX + "canary_latency_seconds",
+        "histogram",
+        "Latency of canary requests.",
+        buckets=CANARY_LATENCY_BUCKETS,
+        unit="s",
+    ),
+)
+
+BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}

@@ -1,0 +1,108 @@
+"""``qwen-npu dashboards``: regenerate (or check) the chart's dashboards and alert rules.
+
+``make dashboards`` runs it with no arguments from the repository root; ``--check`` exits 1 when
+the committed files differ from what the code generates (the test suite does the same check).
+``--render-rules FILE`` instead renders the chart (``--chart``, ``--values``) and writes the alert
+rules as deployed, as a plain Prometheus rule file (what ``make lint-observability`` checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.observability.config import DEFAULT_CHART, Config
+
+DEFAULT_OUT = DEFAULT_CHART / "files"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="qwen-npu dashboards",
+        description="Generate the Grafana dashboards (JSON) and Prometheus alert rules (YAML) "
+        "that the chart ships under helm/qwen-npu/files/.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"the chart's files/ folder (default: {DEFAULT_OUT}, from the repository root)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when a committed file is stale or missing",
+    )
+    p.add_argument(
+        "--render-rules",
+        type=Path,
+        metavar="FILE",
+        help="render the chart and write its alert rules (as deployed) to FILE, then exit",
+    )
+    p.add_argument(
+        "--chart",
+        type=Path,
+        default=DEFAULT_CHART,
+        help=f"the chart (values.yaml: the thresholds; --render-rules renders it); {DEFAULT_CHART}",
+    )
+    p.add_argument("--values", type=Path, help="values file for --render-rules")
+    p.add_argument("--namespace", default="default", help="release namespace for --render-rules")
+    return p
+
+
+def _render_rules(args: argparse.Namespace) -> int:
+    import yaml
+
+    from qwen_npu.observability.render import RenderError, load_values, render_rules
+
+    try:
+        spec = render_rules(args.chart, load_values(args.values), namespace=args.namespace)
+    except RenderError as exc:
+        print(f"qwen-npu dashboards: error: {exc}", file=sys.stderr)
+        return 2
+    out: Path = args.render_rules
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(spec, sort_keys=False, width=1000))
+    groups = spec.get("groups", [])
+    rules = sum(len(g.get("rules", [])) for g in groups)
+    print(
+        f"event=rendered path={out} groups={len(groups)} rules={rules} "
+        f"next='promtool check rules {out}'"
+    )
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.render_rules is not None:
+        return _render_rules(args)
+    from qwen_npu.observability import generate
+
+    out: Path = args.out
+    if not out.parent.is_dir():
+        print(
+            f"qwen-npu dashboards: error: {out.parent} is not a folder; run from the repository "
+            "root or pass --out <chart>/files",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        files = generate.render_files(Config(chart_dir=args.chart))
+    except (ValueError, RuntimeError) as exc:
+        print(f"qwen-npu dashboards: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        problems = generate.stale(out, files)
+        for rel in problems:
+            print(f"event=stale path={out / rel} fix='make dashboards'")
+        if problems:
+            return 1
+        print(f"event=up-to-date out={out} files={len(files)}")
+        return 0
+    written = generate.write(out, files)
+    for path in written:
+        print(f"event=written path={path}")
+    print(f"event=done out={out} files={len(files)} changed={len(written)}")
+    return 0

@@ -1,0 +1,171 @@
+"""``/metrics``' content: one prometheus_client collector that reads the trackers at scrape time.
+
+Why this exists: the numbers live in the trackers that produce them (the health state machine,
+the error counts, the info reader's last state file and ``/server_info``, the canary runner) and
+nowhere else. Each scrape asks them for their current values and builds the metric families that
+``CATALOGUE`` declares (names, help, labels), so an exported number is never a stale copy: a
+counter is the tracker's own count, startup elapsed and uptime are computed at the scrape. Only the
+two latency histograms are prometheus_client objects, because an observation has nowhere else to
+go; they are not registered and are exported through this collector too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from qwen_npu import __version__
+from qwen_npu.metrics.catalogue import (
+    BY_NAME,
+    CATALOGUE,
+    GDN_VERDICTS,
+    PATCH_STATES,
+    PREFIX,
+    UB_SOURCES,
+)
+from qwen_npu.sidecar.canary import CanaryRunner
+from qwen_npu.sidecar.config import Settings
+from qwen_npu.sidecar.engine import EngineErrors
+from qwen_npu.sidecar.health import HealthProbe, HealthTracker
+from qwen_npu.sidecar.info import InfoReader
+from qwen_npu.sidecar.spec_window import SpecWindow
+from qwen_npu.sidecar.ub import UbStats
+
+
+class Readings(Protocol):
+    """What the collector reads at scrape time; the sidecar's ``Monitor`` is one. Typed here so
+    the collector imports the trackers it reads, never the monitor that owns them."""
+
+    settings: Settings
+    clock: Callable[[], float]
+    health: HealthTracker
+    probe: HealthProbe
+    info: InfoReader
+    canary: CanaryRunner
+    errors: EngineErrors
+    spec: SpecWindow
+    ub_predicted: UbStats
+
+
+#: One sample: its label values (in the spec's label order) and its value.
+Sample = tuple[Sequence[str], float]
+
+
+def _family(name: str, samples: Iterable[Sample]) -> Metric:
+    spec = BY_NAME[name]
+    family: CounterMetricFamily | GaugeMetricFamily
+    if spec.kind == "counter":
+        family = CounterMetricFamily(spec.name, spec.exposed_help, labels=spec.labels)
+    else:
+        family = GaugeMetricFamily(spec.name, spec.exposed_help, labels=spec.labels)
+    for labels, value in samples:
+        family.add_metric(list(labels), value)
+    return family
+
+
+def _info(name: str, values: dict[str, str]) -> Metric:
+    spec = BY_NAME[name]
+    family = InfoMetricFamily(spec.name.removesuffix("_info"), spec.exposed_help)
+    family.add_metric([], values)
+    return family
+
+
+def _one(value: float | bool) -> list[Sample]:
+    return [((), float(value))]
+
+
+def _states(current: dict[str, str], states: Sequence[str]) -> list[Sample]:
+    """1 for each key's current state, 0 for its other states (patch states, GDN verdicts)."""
+    return [((key, s), float(s == now)) for key, now in current.items() for s in states]
+
+
+class SidecarCollector(Collector):
+    """Builds every ``CATALOGUE`` family from the monitor's trackers, in catalogue order."""
+
+    def __init__(self, monitor: Readings) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.monitor
+        now = m.clock()
+        h, info, canary = m.health, m.info, m.canary
+        scored = canary.scored
+        ub = {"engine": info.ub_engine(), "predicted": m.ub_predicted}
+        gauges: dict[str, list[Sample]] = {
+            "engine_up": _one(h.up()),
+            "engine_ready": _one(h.ready()),
+            "engine_draining": _one(h.draining),
+            "engine_consecutive_failures": _one(h.consecutive_failures),
+            "engine_startup_elapsed_seconds": _one(h.startup_elapsed(now)),
+            "startup_budget_seconds": _one(m.settings.startup_budget_s),
+            "engine_uptime_seconds": _one(h.uptime(now)),
+            "engine_restarts_total": _one(h.restarts),
+            "engine_errors_total": [((k,), float(n)) for k, n in m.errors.counts.items()],
+            "patch_state": _states(info.patch_states(), PATCH_STATES),
+            "gdn_contract": _states(info.gdn_verdicts(), GDN_VERDICTS),
+            "ub_plan_known": [((s,), float(ub[s].known)) for s in UB_SOURCES],
+            "ub_budget_bytes": [((s,), ub[s].ub_bytes) for s in UB_SOURCES],
+            "ub_head_block_size": [((s,), ub[s].h_block_size) for s in UB_SOURCES],
+            "ub_tile_bytes": [((s,), ub[s].tile_bytes) for s in UB_SOURCES],
+            "ub_buffered_bytes": [((s,), ub[s].buffered_bytes) for s in UB_SOURCES],
+            "ub_headroom_bytes": [((s,), ub[s].headroom_bytes) for s in UB_SOURCES],
+            "ub_plane_overflow": [((s,), ub[s].plane_overflow) for s in UB_SOURCES],
+            "ub_plan_mismatch": _one(info.ub_mismatch(m.ub_predicted)),
+            "spec_enabled": _one(info.spec_enabled()),
+            "spec_num_steps": _one(info.spec_number("speculative_num_steps")),
+            "spec_num_draft_tokens": _one(info.spec_number("speculative_num_draft_tokens")),
+            "spec_accept_length": _one(m.spec.accept_length()),
+            "spec_accept_rate": _one(
+                m.spec.accept_rate(info.spec_number("speculative_num_draft_tokens"))
+            ),
+            "spec_window_seconds": _one(m.settings.spec_window_s),
+            "canary_runs_total": [((r,), float(n)) for r, n in canary.runs.items()],
+            "canary_degeneration_score": _one(
+                math.nan if scored is None else scored.degeneration_score
+            ),
+            "canary_longest_repeat_tokens": _one(
+                math.nan if scored is None else scored.longest_repeat_tokens
+            ),
+            "canary_golden_prefix_ratio": _one(
+                math.nan
+                if scored is None or scored.golden_prefix_ratio is None
+                else scored.golden_prefix_ratio
+            ),
+            "canary_last_success_timestamp_seconds": _one(canary.last_success_ts),
+        }
+        infos = {
+            "build_info": {
+                "qwen_npu_version": __version__,
+                "sglang_version": info.sglang_version(),
+            },
+            "spec_info": {"algorithm": info.spec_algorithm()},
+        }
+        histograms = {
+            "engine_health_probe_seconds": m.probe.latency,
+            "canary_latency_seconds": canary.latency,
+        }
+        for spec in CATALOGUE:
+            short = spec.name.removeprefix(PREFIX)
+            if short in histograms:
+                yield from histograms[short].collect()
+            elif short in infos:
+                yield _info(spec.name, infos[short])
+            else:
+                yield _family(spec.name, gauges[short])
+
+
+def registry_for(monitor: Readings) -> CollectorRegistry:
+    """A private registry with only the sidecar's collector (no process or platform metrics)."""
+    registry = CollectorRegistry()
+    registry.register(SidecarCollector(monitor))
+    return registry

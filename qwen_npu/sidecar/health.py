@@ -1,0 +1,288 @@
+"""Engine health: the health step (``GET /health_generate``) and the state machine it feeds.
+
+Why this exists: the kubelet's three probes of the engine container point at the sidecar, and each
+must mean exactly one thing (docs/sidecar.md):
+
+- startup passes once the current engine start answered ``/health_generate`` with 200; while it
+  loads (port closed, or 503 while warming up) it fails with ``starting`` and, past the budget,
+  with ``startup budget exceeded``. A refused connection after the engine had been ready ends the
+  current start (counted as a restart): the next engine start must pass startup again.
+- readiness passes when the last probe answered 200 and the engine is not draining (503 after it
+  had been ready: SGLang answers 503 while it shuts down).
+- liveness fails only on a stuck or dead engine: N consecutive probes that timed out, were
+  refused, or got SGLang's slow 503 (its own 1-token generate saw no output: scheduler stuck)
+  after the engine had been ready, or a start that overran the budget. Slow answers, HTTP errors
+  (5xx), a quick 503 and a start still within budget never fail it.
+
+``HealthTracker`` is pure logic over an injected clock, so tests drive it without an engine or
+sleeps; ``HealthProbe`` is the step around it: one bounded exchange, its ``Outcome``
+(``classify``), the failures that count, the latency for
+``qwen_npu_engine_health_probe_seconds``, and a log line per transition saying what to do next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from qwen_npu.log import PartLog
+from qwen_npu.metrics.histograms import histogram
+from qwen_npu.sidecar.engine import HEALTH_PATH, EngineClient, EngineError, EngineErrors
+
+log = PartLog("sidecar")
+
+Outcome = Literal["ok", "unavailable", "unhealthy", "http_error", "timeout", "refused"]
+#: Outcomes that mean stuck or dead (they count towards liveness).
+HARD_FAILURES: tuple[Outcome, ...] = ("timeout", "refused", "unhealthy")
+#: SGLang answers 503 at once while starting or shutting down, but only after at least one second
+#: of waiting (its check loop sleeps 1 s per round) when its own 1-token generate got no output:
+#: a 503 that slow means a stuck scheduler, not a drain. Checked against SGLang 0.5.23's own handler
+#: (tests/sidecar/test_sglang_health.py); it holds for SGLANG_HEALTH_CHECK_TIMEOUT >= 1.
+STUCK_503_MIN_S = 0.9
+
+
+def classify(status: int, seconds: float) -> Outcome:
+    """The outcome of a /health_generate answer with HTTP ``status`` after ``seconds``."""
+    if status == 200:
+        return "ok"
+    if status == 503:
+        return "unhealthy" if seconds >= STUCK_503_MIN_S else "unavailable"
+    return "http_error"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One probe's answer; ``dataclasses.asdict`` of it is the probe's JSON body."""
+
+    status: Literal["ok", "fail"]
+    reason: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _passes(reason: str) -> Verdict:
+    return Verdict("ok", reason)
+
+
+def _fails(reason: str) -> Verdict:
+    return Verdict("fail", reason)
+
+
+class HealthTracker:
+    """Folds /health_generate results into the state behind /startupz, /readyz and /livez."""
+
+    def __init__(self, *, startup_budget_s: float, liveness_failures: int, now: float) -> None:
+        self.startup_budget_s = startup_budget_s
+        self.liveness_failures = liveness_failures
+        self.start_began_at = now  # this engine start began (sidecar start or engine restart)
+        self.ready_at: float | None = None  # first 200 of this start
+        self.started = False  # this start has answered 200
+        self.ever_ready = False  # any start has answered 200 (for restart detection)
+        self.unreachable = False  # the last probe was refused
+        self.last_outcome: Outcome | None = None
+        self.last_status: int | None = None
+        self.last_probe_at: float | None = None
+        self.last_ok_at: float | None = None
+        self.consecutive_failures = 0  # any non-200
+        self.consecutive_hard_failures = 0  # timeouts, refusals and stuck 503s (HARD_FAILURES)
+        self.draining = False
+        self.restarts = 0
+
+    # Input.
+    def record(self, outcome: Outcome, now: float, status: int | None = None) -> list[str]:
+        """Fold one probe result in; returns the transitions it caused (for the log)."""
+        events: list[str] = []
+        self.last_outcome, self.last_status, self.last_probe_at = outcome, status, now
+        if outcome == "refused":
+            if not self.unreachable:
+                events.append("engine_unreachable")
+            self.unreachable = True
+            if self.started:
+                # The process behind the port is gone: this start is over, the next one begins.
+                self.started = False
+                self.draining = False
+                self.restarts += 1
+                self.start_began_at = now
+                self.ready_at = None
+                events.append("engine_start_ended")
+        elif self.unreachable:
+            self.unreachable = False
+            events.append("engine_reachable")
+        if outcome == "ok":
+            self.consecutive_failures = 0
+            self.consecutive_hard_failures = 0
+            self.last_ok_at = now
+            self.draining = False
+            if not self.started:
+                self.started = True
+                self.ever_ready = True
+                if self.ready_at is None:
+                    self.ready_at = now
+                events.append("engine_ready")
+            return events
+        self.consecutive_failures += 1
+        if outcome in HARD_FAILURES:
+            self.consecutive_hard_failures += 1
+            if self.consecutive_hard_failures == self.liveness_failures and self.ever_ready:
+                events.append("engine_stuck_or_dead")
+        else:
+            self.consecutive_hard_failures = 0
+        if outcome == "unavailable" and self.started and not self.draining:
+            self.draining = True
+            events.append("engine_draining")
+        return events
+
+    # Derived values.
+    def reachable(self) -> bool:
+        return self.last_outcome is not None and not self.unreachable
+
+    def up(self) -> bool:
+        """The engine's HTTP server answers (any status, timeouts excluded)."""
+        return self.last_outcome in ("ok", "unavailable", "unhealthy", "http_error")
+
+    def ready(self) -> bool:
+        return self.last_outcome == "ok" and not self.draining
+
+    def startup_elapsed(self, now: float) -> float:
+        end = self.ready_at if self.ready_at is not None else now
+        return max(0.0, end - self.start_began_at)
+
+    def uptime(self, now: float) -> float:
+        if self.ready_at is None:
+            return 0.0
+        return max(0.0, now - self.ready_at)
+
+    def over_budget(self, now: float) -> bool:
+        return self.ready_at is None and self.startup_elapsed(now) > self.startup_budget_s
+
+    # The three verdicts.
+    def startup(self, now: float) -> Verdict:
+        if self.started:
+            return _passes("engine answered /health_generate 200 in this start")
+        elapsed = self.startup_elapsed(now)
+        if self.over_budget(now):
+            return _fails(
+                f"startup budget exceeded: not ready after {elapsed:.0f}s "
+                f"(budget {self.startup_budget_s:.0f}s)",
+            )
+        return _fails(f"starting: {self._describe_last()} ({elapsed:.0f}s elapsed)")
+
+    def readiness(self, now: float) -> Verdict:
+        if self.draining:
+            return _fails("draining: engine answers 503 after having been ready")
+        if self.ready():
+            return _passes("engine healthy")
+        return _fails(f"not ready: {self._describe_last()}")
+
+    def liveness(self, now: float) -> Verdict:
+        hard, limit = self.consecutive_hard_failures, self.liveness_failures
+        if self.ever_ready and hard >= limit:
+            what = {"refused": "refused", "unhealthy": "got SGLang's stuck-scheduler 503"}.get(
+                str(self.last_outcome), "timed out"
+            )
+            return _fails(f"stuck or dead: last {hard} health probes {what}")
+        if self.over_budget(now):
+            return _fails(
+                f"stuck starting: not ready after {self.startup_elapsed(now):.0f}s "
+                f"(budget {self.startup_budget_s:.0f}s)",
+            )
+        return _passes("alive")
+
+    def _describe_last(self) -> str:
+        return {
+            None: "no health probe yet",
+            "ok": "engine healthy",
+            "unavailable": "engine answers 503",
+            "unhealthy": "engine answers 503 after its health generate got no output (stuck)",
+            "http_error": f"engine answers HTTP {self.last_status}",
+            "timeout": "health probe timed out",
+            "refused": "engine port refuses connections",
+        }[self.last_outcome]
+
+
+#: What to do next, per health transition (the ``action`` of its log line).
+ACTIONS: dict[str, tuple[str, str]] = {
+    "engine_ready": ("info", "none"),
+    "engine_unreachable": ("warning", "check the engine container: kubectl logs -c engine"),
+    "engine_start_ended": (
+        "warning",
+        "the engine process went away; kubectl describe pod for the exit reason and restarts",
+    ),
+    "engine_reachable": ("info", "none"),
+    "engine_draining": (
+        "warning",
+        "expected during rollout or shutdown; otherwise check engine log",
+    ),
+    "engine_stuck_or_dead": (
+        "error",
+        "liveness fails now, the kubelet restarts the engine; save its log (docs/runbook.md)",
+    ),
+}
+
+
+class HealthProbe:
+    """``await probe()`` runs one health probe of the engine and folds it into ``health``."""
+
+    def __init__(
+        self,
+        *,
+        engine: Callable[[], EngineClient],
+        engine_url: str,
+        timeout_s: float,
+        health: HealthTracker,
+        errors: EngineErrors,
+        clock: Callable[[], float],
+        on_start_ended: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.engine = engine
+        self.engine_url = engine_url
+        self.timeout_s = timeout_s
+        self.health = health
+        self.errors = errors
+        self.clock = clock
+        self.on_start_ended = on_start_ended
+        self.latency = histogram("engine_health_probe_seconds")
+
+    async def __call__(self) -> None:
+        t0 = self.clock()
+        outcome, status = await self._exchange()
+        now = self.clock()
+        self.latency.observe(now - t0)
+        for event in self.health.record(outcome, now, status):
+            self._log(event, outcome, status)
+            if event == "engine_start_ended":
+                self.on_start_ended()
+
+    async def _exchange(self) -> tuple[Outcome, int | None]:
+        started_before = self.health.started
+        try:
+            response = await self.engine().request("GET", HEALTH_PATH, timeout=self.timeout_s)
+        except EngineError as exc:
+            if exc.kind == "connect":
+                if started_before:
+                    self.errors.count(exc, HEALTH_PATH)
+                return "refused", None
+            self.errors.count(exc, HEALTH_PATH)
+            return ("timeout" if exc.kind == "timeout" else "http_error"), None
+        outcome = classify(response.status, response.seconds)
+        if outcome in ("http_error", "unhealthy"):
+            detail = f"HTTP {response.status} after {response.seconds:.1f}s"
+            self.errors.count(EngineError("status", detail, response.status), HEALTH_PATH)
+        return outcome, response.status
+
+    def _log(self, event: str, outcome: Outcome, status: int | None) -> None:
+        level, action = ACTIONS.get(event, ("info", "none"))
+        if event == "engine_unreachable" and not self.health.ever_ready:
+            level, action = "info", "none: the engine opens its port when the model is loaded"
+        log(
+            level,
+            event,
+            engine_url=self.engine_url,
+            outcome=outcome,
+            status=status,
+            restarts=self.health.restarts,
+            next=action,
+        )

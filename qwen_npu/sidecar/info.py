@@ -1,0 +1,197 @@
+"""The info step: the patches' state file, the engine's ``/server_info`` and its ``/metrics``.
+
+Why this exists: what changes slowly (patch states, the GDN contract's verdicts, the engine's UB
+plan, the speculative settings) and the counters behind the deprecated acceptance window are read
+on their own, slower cadence, and only while the engine's port answers (the state file is read
+always: the engine's processes write it before the port opens). The reader keeps what it last
+read, as read; the accessors below interpret it when the collector or ``/status`` asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+from qwen_npu.log import PartLog, RateLimiter
+from qwen_npu.metrics.catalogue import GDN_LINKS, GDN_VERDICTS, PATCH_NAMES, PATCH_STATES
+from qwen_npu.patches.state import STATE_FILE, read_state
+from qwen_npu.sidecar import ub
+from qwen_npu.sidecar.config import Settings
+from qwen_npu.sidecar.engine import EngineClient, EngineError, EngineErrors
+from qwen_npu.sidecar.health import HealthTracker
+from qwen_npu.sidecar.spec_window import (
+    MetricsFormatError,
+    SpecCounters,
+    SpecWindow,
+    parse_spec_counters,
+)
+
+log = PartLog("sidecar")
+
+_SPEC_OFF = (None, "", "none", "NONE")
+UNKNOWN = "unknown"
+
+
+def finite(value: float) -> float | None:
+    """``value``, or None for NaN and infinities (JSON has neither)."""
+    return value if math.isfinite(value) else None
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
+def _states(
+    entries: Any, names: tuple[str, ...], key: str, known: tuple[str, ...]
+) -> dict[str, str]:
+    """name -> ``entry[key]`` for a state-file mapping; unknown for absent or unknown values."""
+    out = dict.fromkeys(names, UNKNOWN)
+    if isinstance(entries, dict):
+        for name, entry in entries.items():
+            value = entry.get(key) if isinstance(entry, dict) else None
+            out[str(name)] = value if value in known else UNKNOWN
+    return out
+
+
+class InfoReader:
+    """``await reader()`` reads the state file, then ``/server_info`` and ``/metrics``."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        engine: Callable[[], EngineClient],
+        health: HealthTracker,
+        spec: SpecWindow,
+        errors: EngineErrors,
+        clock: Callable[[], float],
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.health = health
+        self.spec = spec
+        self.errors = errors
+        self.clock = clock
+        self.state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
+        self.info: dict[str, Any] | None = None  # the last good /server_info answer
+        self._log_limiter = RateLimiter(60.0)
+
+    async def __call__(self) -> None:
+        await self.read_state_file()
+        if self.health.last_outcome in (None, "refused"):
+            return
+        await self.read_server_info()
+        await self.read_engine_metrics()
+
+    # The reads.
+    async def read_state_file(self) -> None:
+        directory = self.settings.state_dir
+        state = await asyncio.to_thread(read_state, directory) if directory else None
+        if state is None and self.state is not None and self._log_limiter.allow("state"):
+            log(
+                "warning",
+                "state_file_unreadable",
+                file=str(directory and directory / STATE_FILE),
+                next="patch states, GDN verdicts and the engine UB plan are reported as unknown",
+            )
+        self.state = state
+
+    async def read_server_info(self) -> None:
+        path = "/server_info"
+        try:
+            response = await self.engine().request(
+                "GET", path, timeout=self.settings.request_timeout_s
+            )
+            if response.status != 200:
+                raise EngineError("status", f"HTTP {response.status}", response.status)
+            self.info = response.json_object()
+        except EngineError as exc:
+            self.errors.count(exc, path)
+
+    async def read_engine_metrics(self) -> None:
+        path = "/metrics"
+        try:
+            response = await self.engine().request(
+                "GET", path, timeout=self.settings.request_timeout_s
+            )
+            if response.status != 200:
+                raise EngineError("status", f"HTTP {response.status}", response.status)
+            text = response.text()
+            try:
+                counters = await asyncio.to_thread(parse_spec_counters, text)
+            except MetricsFormatError as exc:
+                raise EngineError("malformed", f"not Prometheus text ({exc})") from None
+        except EngineError as exc:
+            self.errors.count(exc, path)
+            return
+        # An engine that has not verified yet may export neither counter: that is zero, so the
+        # window starts now rather than at the first scrape after the first finished request.
+        self.spec.add(self.clock(), counters or SpecCounters(0.0, 0.0))
+
+    # What the state file says.
+    def patch_states(self) -> dict[str, str]:
+        """Every patch's state; unknown without a (readable) state file or for unknown states."""
+        patches = self.state.get("patches") if self.state else None
+        return _states(patches, PATCH_NAMES, "state", PATCH_STATES)
+
+    def gdn_verdicts(self) -> dict[str, str]:
+        """Every GDN contract link's verdict; unknown for links the state file does not report."""
+        links = self.state.get("gdn_contract") if self.state else None
+        return _states(links, GDN_LINKS, "verdict", GDN_VERDICTS)
+
+    def ub_engine(self) -> ub.UbStats:
+        return ub.stats_from_plan(self.state.get("ub_plan") if self.state else None)
+
+    def ub_mismatch(self, predicted: ub.UbStats) -> bool:
+        return ub.mismatch(self.ub_engine(), predicted)
+
+    def sglang_version(self) -> str:
+        """From the state file (what the engine imported), else ``/server_info``, else unknown."""
+        version = self.state.get("sglang_version") if self.state else None
+        if isinstance(version, str) and version:
+            return version
+        version = (self.info or {}).get("version")
+        if isinstance(version, str) and version:
+            return version[:64]
+        return UNKNOWN
+
+    # What /server_info says.
+    def spec_enabled(self) -> bool:
+        return self.info is not None and self.info.get("speculative_algorithm") not in _SPEC_OFF
+
+    def spec_algorithm(self) -> str:
+        """The algorithm; none when off, unknown before /server_info answered."""
+        if self.info is None:
+            return UNKNOWN
+        return str(self.info["speculative_algorithm"]) if self.spec_enabled() else "none"
+
+    def spec_number(self, key: str) -> float:
+        """``speculative_num_steps`` or ``_num_draft_tokens``: 0 when off, NaN when unknown."""
+        if self.info is None:
+            return math.nan
+        return _as_float(self.info.get(key)) if self.spec_enabled() else 0.0
+
+    def server_info_view(self) -> dict[str, Any]:
+        """The /status view of /server_info (empty before it answered)."""
+        if self.info is None:
+            return {}
+        version = self.info.get("version")
+        states = self.info.get("internal_states")
+        lifetime = None
+        if isinstance(states, list) and states and isinstance(states[0], dict):
+            lifetime = states[0].get("avg_spec_accept_length")
+        return {
+            "speculative_algorithm": self.spec_algorithm(),
+            "speculative_num_steps": finite(self.spec_number("speculative_num_steps")),
+            "speculative_num_draft_tokens": finite(
+                self.spec_number("speculative_num_draft_tokens")
+            ),
+            "version": version if isinstance(version, str) else None,
+            "avg_spec_accept_length_lifetime": (
+                lifetime if isinstance(lifetime, int | float) else None
+            ),
+        }

@@ -1,0 +1,300 @@
+"""Request parsing and response bodies in SGLang 0.5.23's wire format (native and OpenAI).
+
+Kept apart from the routes so the hot path (one SSE event per engine step) is plain string
+building: the simulator's text is ASCII words, so chunks are assembled without a JSON encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from qwen_npu.sim.config import SimConfig
+from qwen_npu.sim.engine import Chunk, Request
+from qwen_npu.sim.tokens import WORDS, text_to_ids
+
+
+class BadRequest(ValueError):
+    """A request the real server would reject with 400; the message says what to fix."""
+
+
+@dataclass
+class GenParams:
+    """What one generation asks for, whatever endpoint it came through."""
+
+    prompt_ids: list[int]
+    max_new: int
+    greedy: bool
+    stream: bool
+    rid: str
+    include_usage: bool = False
+
+
+def loads(raw: bytes) -> Any:
+    """A request body as JSON ({} when empty); BadRequest when it is not JSON."""
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        raise BadRequest("the body is not valid JSON") from None
+
+
+def _int_list(value: Any, key: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in value
+    ):
+        raise BadRequest(f"{key} must be a list of token ids (integers)")
+    return value
+
+
+def _sampling(sp: Any, cfg: SimConfig, max_key: str = "max_new_tokens") -> tuple[int, bool]:
+    if sp is None:
+        sp = {}
+    if not isinstance(sp, dict):
+        raise BadRequest("sampling_params must be a JSON object")
+    max_new = sp.get(max_key)
+    if max_new is None:
+        max_new = cfg.default_max_new_tokens
+    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 0:
+        raise BadRequest(f"{max_key} must be an integer >= 0, got {max_new!r}")
+    temp = sp.get("temperature", 1.0)
+    if temp is None:
+        temp = 1.0
+    if not isinstance(temp, int | float) or temp < 0:
+        raise BadRequest(f"temperature must be a number >= 0, got {temp!r}")
+    return max_new, float(temp) < 1e-5
+
+
+def _check_len(prompt: list[int], max_new: int, cfg: SimConfig) -> None:
+    if not prompt:
+        raise BadRequest("the prompt is empty; send text or input_ids")
+    if len(prompt) + max_new > cfg.context_length:
+        raise BadRequest(
+            f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new}) exceeds the context "
+            f"length {cfg.context_length}; shorten the request"
+        )
+
+
+def parse_generate(body: Any, cfg: SimConfig, rid: str) -> GenParams:
+    """SGLang's native /generate body: ``text`` or ``input_ids``, ``sampling_params``..."""
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    text, ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (ids is None):
+        raise BadRequest("give exactly one of text or input_ids")
+    if isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)):
+        raise BadRequest("batched prompts are not supported by the simulator; send one prompt")
+    if text is not None:
+        if not isinstance(text, str):
+            raise BadRequest("text must be a string")
+        prompt = text_to_ids(text, cfg.vocab_size)
+    else:
+        prompt = _int_list(ids, "input_ids")
+    max_new, greedy = _sampling(body.get("sampling_params"), cfg)
+    _check_len(prompt, max_new, cfg)
+    return GenParams(prompt, max_new, greedy, bool(body.get("stream", False)), rid)
+
+
+def parse_openai(body: Any, cfg: SimConfig, rid: str, chat: bool) -> GenParams:
+    """An OpenAI /v1/completions or /v1/chat/completions body."""
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("messages must be a non-empty list")
+        parts: list[str] = []
+        for m in msgs:
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):
+                content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+            if not isinstance(content, str):
+                raise BadRequest("each message needs a string content")
+            parts.append(content)
+        prompt = text_to_ids(" ".join(parts), cfg.vocab_size) or [0]
+    else:
+        raw = body.get("prompt")
+        if isinstance(raw, str):
+            prompt = text_to_ids(raw, cfg.vocab_size)
+        elif isinstance(raw, list) and raw and isinstance(raw[0], int):
+            prompt = _int_list(raw, "prompt")
+        elif isinstance(raw, list) and len(raw) == 1:
+            inner = raw[0]
+            prompt = (
+                text_to_ids(inner, cfg.vocab_size)
+                if isinstance(inner, str)
+                else _int_list(inner, "prompt")
+            )
+        else:
+            raise BadRequest("prompt must be a string or a list of token ids (one prompt)")
+    key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
+    max_new, greedy = _sampling(body, cfg, key)
+    _check_len(prompt, max_new, cfg)
+    opts = body.get("stream_options")
+    usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    return GenParams(prompt, max_new, greedy, bool(body.get("stream", False)), rid, usage)
+
+
+def meta_info(req: Request, rid: str, finished: bool, now: float, num_steps: int) -> dict[str, Any]:
+    """``meta_info`` of a native response, with SGLang's speculative fields when they apply."""
+    meta: dict[str, Any] = {
+        "id": rid,
+        "finish_reason": {"type": "length", "length": req.emitted} if finished else None,
+        "prompt_tokens": req.prompt_len,
+        "weight_version": "default",
+        "completion_tokens": req.emitted,
+        "cached_tokens": 0,
+        "e2e_latency": now - req.arrival,
+    }
+    if req.verify_ct:
+        meta.update(spec_fields(req, num_steps))
+    return meta
+
+
+def spec_fields(req: Request, num_steps: int) -> dict[str, Any]:
+    """SGLang's per-request speculative fields (accept length counts the bonus token)."""
+    correct = req.emitted - 1 - req.verify_ct
+    proposed = req.verify_ct * num_steps
+    return {
+        "spec_accept_rate": correct / proposed if proposed else 0.0,
+        "spec_accept_length": req.emitted / req.verify_ct,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": req.verify_ct,
+    }
+
+
+class NativeStream:
+    """Builds the SSE events of one native streaming /generate, text and ids so far in each."""
+
+    __slots__ = ("head", "ids_parts", "num_steps", "req", "rid", "text")
+
+    def __init__(self, req: Request, rid: str, num_steps: int) -> None:
+        self.req = req
+        self.num_steps = num_steps
+        self.rid = rid
+        self.text = ""
+        self.ids_parts: list[str] = []
+        self.head = json.dumps(rid)
+
+    def event(self, ch: Chunk) -> bytes:
+        """The SSE event of one engine step: the text and ids up to that step."""
+        req = self.req
+        new = req.tokens.ids[len(self.ids_parts) : ch.emitted]
+        self.text += "".join([WORDS[t & 4095] for t in new])
+        self.ids_parts.extend([str(t) for t in new])
+        fin = f'{{"type":"length","length":{ch.emitted}}}' if ch.finished else "null"
+        spec = ""
+        if ch.verify_ct:
+            correct = ch.emitted - 1 - ch.verify_ct
+            proposed = ch.verify_ct * self.num_steps
+            spec = (
+                f',"spec_accept_rate":{correct / proposed!r},'
+                f'"spec_accept_length":{ch.emitted / ch.verify_ct!r},'
+                f'"spec_num_correct_drafts":{correct},'
+                f'"spec_num_proposed_drafts":{proposed},'
+                f'"spec_verify_ct":{ch.verify_ct}'
+            )
+        return (
+            f'data: {{"text":"{self.text}","output_ids":[{",".join(self.ids_parts)}],'
+            f'"meta_info":{{"id":{self.head},"finish_reason":{fin},'
+            f'"prompt_tokens":{req.prompt_len},"weight_version":"default",'
+            f'"completion_tokens":{ch.emitted},"cached_tokens":0,'
+            f'"e2e_latency":{ch.t - req.arrival!r}{spec}}}}}\n\n'
+        ).encode()
+
+
+def native_body(req: Request, rid: str, now: float, num_steps: int) -> dict[str, Any]:
+    ids = req.tokens.ids
+    return {
+        "text": "".join([WORDS[t & 4095] for t in ids]),
+        "output_ids": list(ids),
+        "meta_info": meta_info(req, rid, True, now, num_steps),
+    }
+
+
+def _usage(req: Request) -> dict[str, Any]:
+    return {
+        "prompt_tokens": req.prompt_len,
+        "completion_tokens": req.emitted,
+        "total_tokens": req.prompt_len + req.emitted,
+        "prompt_tokens_details": None,
+    }
+
+
+class OpenAIStream:
+    """Builds the OpenAI SSE events (completions or chat) of one streaming request."""
+
+    __slots__ = ("chat", "created", "model", "req", "rid", "sent", "started")
+
+    def __init__(self, req: Request, rid: str, model: str, chat: bool) -> None:
+        self.req = req
+        self.rid = rid
+        self.model = model
+        self.chat = chat
+        self.created = int(time.time())
+        self.sent = 0
+        self.started = False
+
+    def _event(self, choices: list[dict[str, Any]], usage: Any = None) -> bytes:
+        obj: dict[str, Any] = {
+            "id": self.rid,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+        }
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def event(self, ch: Chunk) -> bytes:
+        """The SSE event(s) of one engine step: the new text, then the finish event."""
+        finished = ch.finished
+        ids = self.req.tokens.ids
+        delta = "".join([WORDS[t & 4095] for t in ids[self.sent : ch.emitted]])
+        self.sent = ch.emitted
+        out = b""
+        if self.chat:
+            if not self.started:
+                self.started = True
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+                out += self._event([{**role, "logprobs": None, "finish_reason": None}])
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": delta}, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": delta, "logprobs": None}
+        choice["finish_reason"] = None
+        out += self._event([choice])
+        if finished:
+            if self.chat:
+                end = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+            else:
+                end = {"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}
+            end["matched_stop"] = None
+            out += self._event([end])
+        return out
+
+    def usage_event(self) -> bytes:
+        return self._event([], _usage(self.req))
+
+
+def openai_body(req: Request, rid: str, model: str, chat: bool) -> dict[str, Any]:
+    text = "".join([WORDS[t & 4095] for t in req.tokens.ids])
+    choice: dict[str, Any] = {"index": 0}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None}
+    else:
+        choice["text"] = text
+    choice.update({"logprobs": None, "finish_reason": "length", "matched_stop": None})
+    return {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(req),
+    }
+
+
+def error_body(message: str, code: int, type_: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}

@@ -1,0 +1,146 @@
+"""``Sim``: the state every route shares (config, engine, faults, metrics, drain, start clock).
+
+One object per app, kept on ``app.state.sim``; routes read it from the request's app and the
+generate fast path gets it bound at app creation. It also owns the two answers that refuse a
+request before the engine sees it (``gate``) and the count of generate requests in flight, which
+the SIGTERM drain waits on (SGLang counts its ``rid_to_state`` the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import time
+
+from fastapi.responses import JSONResponse
+
+from qwen_npu.log import PartLog
+from qwen_npu.sim import protocol as proto
+from qwen_npu.sim.config import SimConfig
+from qwen_npu.sim.engine import Engine
+from qwen_npu.sim.engine import Request as EngineRequest
+from qwen_npu.sim.faults import Faults
+from qwen_npu.sim.metrics import SimMetrics
+from qwen_npu.sim.tokens import stream_for
+
+log = PartLog("sim")
+
+
+def crash(reason: str) -> None:
+    """Exit 1 at once, as a crashed engine would (no drain, no clean shutdown)."""
+    log("error", "crash", reason=reason, what="exiting 1 as asked (simulated crash)")
+    logging.shutdown()
+    os._exit(1)
+
+
+class Sim:
+    """State shared by the routes: config, engine, faults, metrics, drain and the start clock."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.metrics = SimMetrics(cfg.model_name)
+        self.faults = Faults.from_config(cfg)
+        self.engine: Engine | None = None
+        self.ready_at = 0.0
+        self.started_wall = time.time()
+        self.counter = itertools.count()
+        self.error_rng = random.Random(cfg.seed)
+        #: Set on SIGTERM: probes answer 503 and the drain watchdog waits for ``in_flight`` 0.
+        self.draining = False
+        #: The last /health found no engine output in time (SGLang's ServerStatus.UnHealthy).
+        self.unhealthy = False
+        #: Generate requests accepted and not yet answered in full (streams until their end).
+        self.in_flight = 0
+        #: Generate requests that arrived: in all, before the server was ready, while draining
+        #: (GET /sim/stats; the failover proof counts what reached a replica too early).
+        self.arrivals = 0
+        self.arrivals_before_ready = 0
+        self.arrivals_while_draining = 0
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.engine = Engine(self.cfg, self.metrics)
+        self.ready_at = loop.time() + self.cfg.startup_delay_s
+        if self.faults.hang_generate:
+            self.engine.pause()
+        if self.cfg.startup_delay_s:
+            loop.call_at(self.ready_at, self._log_ready)
+        else:
+            self._log_ready()
+        if self.cfg.crash_after_s:
+            loop.call_later(self.cfg.crash_after_s, crash, "crash-after-s elapsed")
+
+    def _log_ready(self) -> None:
+        log("info", "ready", what="the simulator answers /health and /generate now")
+
+    @property
+    def eng(self) -> Engine:
+        assert self.engine is not None, "the app's lifespan has not started"
+        return self.engine
+
+    def ready(self) -> bool:
+        """Past the simulated startup delay (SGLang: ServerStatus.Up)."""
+        return self.engine is not None and self.eng.loop.time() >= self.ready_at
+
+    def healthy(self) -> bool:
+        """What /ready reports: up, and not draining (SGLang's is_ready)."""
+        return self.ready() and not self.draining
+
+    def new_request(self, p: proto.GenParams, *, log_metrics: bool = True) -> EngineRequest:
+        no = next(self.counter)
+        garble = self.cfg.garble_after_tokens if self.faults.garbled else None
+        tokens = stream_for(
+            p.prompt_ids,
+            greedy=p.greedy,
+            seed=self.cfg.seed,
+            request_no=no,
+            vocab_size=self.cfg.vocab_size,
+            garble_after=garble,
+        )
+        return EngineRequest(
+            no=no,
+            prompt_len=len(p.prompt_ids),
+            max_new=p.max_new,
+            tokens=tokens,
+            streaming=p.stream,
+            log_metrics=log_metrics,
+        )
+
+    def count_arrival(self) -> None:
+        self.arrivals += 1
+        if not self.ready():
+            self.arrivals_before_ready += 1
+        if self.draining:
+            self.arrivals_while_draining += 1
+
+    def counts(self) -> dict[str, int]:
+        """The request counts /sim/stats reports beside the engine's timing."""
+        return {
+            "requests_arrived": self.arrivals,
+            "requests_before_ready": self.arrivals_before_ready,
+            "requests_while_draining": self.arrivals_while_draining,
+            "requests_in_flight": self.in_flight,
+        }
+
+    def gate(self) -> JSONResponse | None:
+        """The answer that refuses a generate request before it reaches the engine, if any.
+
+        A draining server still serves new requests, as SGLang 0.5.23 does (its tokenizer
+        manager checks ``gracefully_exit`` only in /health and the watchdog): the router stops
+        sending once /health answers 503.
+        """
+        if not self.ready():
+            return JSONResponse(
+                proto.error_body("the server is starting (simulated startup delay)", 503, "busy"),
+                status_code=503,
+            )
+        rate = self.faults.error_rate
+        if rate and self.error_rng.random() < rate:
+            body = proto.error_body(
+                "simulated engine error (fault error_rate)", 500, "InternalServerError"
+            )
+            return JSONResponse(body, status_code=500)
+        return None

@@ -1,0 +1,70 @@
+"""`python -m tools.chart render|package|sim-engine-args`: behind `make chart`, `make chart-package`
+and the simulator's chart-backed profiles (`make sim`, `make demo`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import helm_python as helm
+import yaml
+
+from tools.chart import sim_renders
+from tools.chart.render import documents, render, scenarios
+from tools.chart.validate import lint
+from tools.paths import CHART_DIR, REPO
+
+
+def _render_all(out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name, values in scenarios().items():
+        try:
+            rendered = render(values)
+        except helm.HelmError as exc:
+            print(f"chart: scenario={name} status=render-failed error={exc}")
+            failed += 1
+            continue
+        findings = lint(values)
+        docs = documents(rendered)
+        manifest = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+        (out / f"{name}.yaml").write_text(manifest)
+        status = "ok" if not findings else "lint-findings"
+        failed += bool(findings)
+        print(f"chart: scenario={name} status={status} objects={len(docs)}")
+        for finding in findings:
+            print(f"chart:   lint {finding}")
+    print(f"chart: rendered={out} failed={failed} next=`make checkov` or kubectl apply --dry-run")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.chart", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("action", choices=["render", "package", "sim-renders"])
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "chart")
+    parser.add_argument(
+        "--sim-config",
+        type=Path,
+        action="append",
+        default=[],
+        help="sim-renders: a simulator YAML of your own that names a chart-profile",
+    )
+    args = parser.parse_args(argv)
+    if args.action == "render":
+        return _render_all(args.out)
+    if args.action == "sim-renders":
+        out = args.out if args.out.suffix == ".json" else args.out / "sim-renders.json"
+        written = sim_renders.write(out, args.sim_config)
+        print(f"chart: sim-renders={written} next=export QWEN_NPU_CHART_RENDERS={written}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    archive = helm.package(CHART_DIR, destination=args.out)
+    print(f"chart: packaged={archive}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

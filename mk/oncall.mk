@@ -11,9 +11,10 @@
 #   make -s engine-ref                       the engine's workload as kubectl names it (deployment/<name>)
 # Variables: RELEASE (qwen-npu), NAMESPACE (default), CHART (helm/qwen-npu), ROLLOUT_TIMEOUT (35m:
 # a Recreate rollout reloads the model, up to the chart's startup budget of 30 min), HELM, KUBECTL,
-# ONCALL_PYTHON (python3: the switches need the standard library only), SIDECAR_PORT, ROUTER_PORT.
-# The engine's names (nameOverride/fullnameOverride included) and its kind (Deployment or, multi-node,
-# LeaderWorkerSet) are read from the release's manifest; ENGINE_KIND is deprecated (still obeyed).
+# ONCALL_PYTHON (python3: the switches need the standard library only), SIDECAR_PORT, ROUTER_PORT,
+# VALUES_MODE. Their defaults are `qwen-npu oncall`'s own (qwen_npu/oncall/cli.py): a variable left
+# unset passes no flag. The engine's names (nameOverride/fullnameOverride included) and its kind
+# (Deployment or, multi-node, LeaderWorkerSet) are read from the release's manifest.
 #
 # Why `helm upgrade --reuse-values --set ...`: the release keeps every value it was installed with
 # (the checkpoint profile, images, thresholds) and only the switch changes, as one new helm
@@ -22,24 +23,15 @@
 # chart's defaults, then the release's values). The alternative, `kubectl set env` on the
 # Deployment, is faster to type but invisible to helm: the next upgrade silently reverts it.
 
-RELEASE ?= qwen-npu
-NAMESPACE ?= default
-CHART ?= helm/qwen-npu
-HELM ?= helm
-KUBECTL ?= kubectl
 ONCALL_PYTHON ?= python3
-ROLLOUT_TIMEOUT ?= 35m
-ENGINE_KIND ?=
-VALUES_MODE ?= --reuse-values
-SIDECAR_PORT ?= 9400
-ROUTER_PORT ?= 30000
-REVISION ?=
-PATCH ?=
 
+# make's variable -> the flag it sets (only when the variable is set)
+ONCALL_FLAGS = $(foreach pair,RELEASE:release NAMESPACE:namespace CHART:chart HELM:helm \
+	KUBECTL:kubectl ROLLOUT_TIMEOUT:timeout VALUES_MODE:values-mode SIDECAR_PORT:sidecar-port \
+	ROUTER_PORT:router-port,$(call oncall_flag,$(word 1,$(subst :, ,$(pair))),$(word 2,$(subst :, ,$(pair)))))
+oncall_flag = $(if $($(1)),--$(2)='$($(1))')
 ONCALL = PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(ONCALL_PYTHON) -m qwen_npu oncall \
-	--via make --release '$(RELEASE)' --namespace '$(NAMESPACE)' --chart '$(CHART)' \
-	--helm '$(HELM)' --kubectl '$(KUBECTL)' --timeout '$(ROLLOUT_TIMEOUT)' --values-mode='$(VALUES_MODE)' \
-	--sidecar-port '$(SIDECAR_PORT)' --router-port '$(ROUTER_PORT)' --engine-kind '$(ENGINE_KIND)'
+	--via make $(ONCALL_FLAGS)
 
 .PHONY: mtp-off mtp-on patch-off patch-on rollback status engine-ref
 
@@ -50,13 +42,13 @@ mtp-on: ## on-call: turn MTP speculative decoding back on
 	@$(ONCALL) mtp-on
 
 patch-off: ## on-call: switch one runtime patch off (PATCH=<name>)
-	@$(ONCALL) patch-off --patch '$(PATCH)'
+	@$(ONCALL) patch-off $(if $(PATCH),--patch '$(PATCH)')
 
 patch-on: ## on-call: switch a runtime patch back on (PATCH=<name>)
-	@$(ONCALL) patch-on --patch '$(PATCH)'
+	@$(ONCALL) patch-on $(if $(PATCH),--patch '$(PATCH)')
 
 rollback: ## on-call: helm rollback [REVISION=n] (default: previous), then wait until healthy
-	@$(ONCALL) rollback --revision '$(REVISION)'
+	@$(ONCALL) rollback $(if $(REVISION),--revision '$(REVISION)')
 
 status: ## on-call: release history, values, pods and the sidecar's /status
 	@$(ONCALL) status

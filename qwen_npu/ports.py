@@ -1,13 +1,26 @@
-"""Whether a server can listen on (host, port), asked before uvicorn starts.
+"""The port numbers, once, and whether a server can listen on (host, port) before uvicorn starts.
 
-Why it exists: uvicorn runs the app's startup (our "ready" log, the sidecar's start line) before it
-binds, and on a port in use it exits the process with code 3 after several log lines. The sim and
-the sidecar ask here first, so a busy port is one line naming the port and the fix.
+The numbers: SGLang's HTTP port (the engine, and the simulator standing in for it; the router's
+in front of them) and the sidecar's. Every default in the package reads them from here; the chart
+keeps its own values (its values.yaml is the deployment's source).
+
+Why ``cannot_listen`` exists: uvicorn runs the app's startup (our "ready" log, the sidecar's start
+line) before it binds, and on a port in use it exits the process with code 3 after several log
+lines. The sim and the sidecar ask here first, so a busy port is one line naming the port and the
+fix.
 """
 
 from __future__ import annotations
 
 import socket
+from typing import Final
+
+#: SGLang's HTTP port (``--port``): the engine's API and /metrics; the simulator's; the router's.
+ENGINE_PORT: Final = 30000
+#: The sidecar's port (/livez, /readyz, /startupz, /status, /metrics).
+SIDECAR_PORT: Final = 9400
+#: The engine on this machine, as clients reach it by default.
+LOCAL_ENGINE_URL: Final = f"http://127.0.0.1:{ENGINE_PORT}"
 
 
 def cannot_listen(host: str, port: int) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.loadtest.compare_stats import crossover, format_pair, summarize
+from qwen_npu.ports import ENGINE_PORT
 
 DEFAULT_OUTPUT = "out/bench/compare.jsonl"
 PROG = "qwen-npu bench-compare"
@@ -226,7 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not side.url:
                 raise CompareError(f"{side.label}= is empty; give both: A=<url> B=<url>")
             if not side.url.startswith(("http://", "https://")):
-                raise CompareError(f"{side.label}={side.url}: use a URL such as http://host:30000")
+                raise CompareError(
+                    f"{side.label}={side.url}: use a URL such as http://host:{ENGINE_PORT}"
+                )
         if args.repeats < 1:
             raise CompareError(f"REPEATS={args.repeats}: must be at least 1")
         concs = parse_concs(args.concs)

@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from qwen_npu.loadtest.dataset import DatasetConfig
+from qwen_npu.ports import LOCAL_ENGINE_URL
 
 ENV_VAR = "QWEN_NPU_BENCH_CONFIG"
-DEFAULT_TARGET = "http://127.0.0.1:30000"
+DEFAULT_TARGET = LOCAL_ENGINE_URL
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from qwen_npu import processes
+from qwen_npu.ports import ENGINE_PORT, SIDECAR_PORT
 
 PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
 SIDECAR_LINES = (
@@ -146,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qwen_npu.loadtest.demo", description=__doc__)
     p.add_argument("--num-prompts", type=int, default=50)
     p.add_argument("--out-dir", default=os.path.join("out", "demo"))
-    p.add_argument("--engine-port", type=int, default=30000, help="0 = any free port")
-    p.add_argument("--sidecar-port", type=int, default=9400, help="0 = any free port")
+    p.add_argument("--engine-port", type=int, default=ENGINE_PORT, help="0 = any free port")
+    p.add_argument("--sidecar-port", type=int, default=SIDECAR_PORT, help="0 = any free port")
     p.add_argument("--hold-s", type=float, default=0.0, help="keep the servers up this long")
     return run(p.parse_args(sys.argv[1:] if argv is None else argv))
 

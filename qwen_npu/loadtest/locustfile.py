@@ -32,6 +32,7 @@ from qwen_npu.loadtest.backends import Backend, RequestInput, RequestOutput, get
 from qwen_npu.loadtest.config import BenchConfig
 from qwen_npu.loadtest.dataset import DatasetConfig, DatasetRow, get_dataset
 from qwen_npu.loadtest.wire import WireSession
+from qwen_npu.ports import LOCAL_ENGINE_URL
 
 MSG_TICKET_REQUEST = "qwen_npu_ticket_request"
 MSG_TICKET = "qwen_npu_ticket"
@@ -163,7 +164,7 @@ def fire_stats(environment: Environment, backend: Backend, out: RequestOutput) -
 class BenchUser(HttpUser):
     """One closed-loop user: next ticket, one streamed request, record it, repeat."""
 
-    host = os.environ.get("QWEN_NPU_BENCH_TARGET", "http://127.0.0.1:30000")
+    host = os.environ.get("QWEN_NPU_BENCH_TARGET", LOCAL_ENGINE_URL)
 
     def on_start(self) -> None:
         # A plain requests.Session (what HttpUser's client is built on) per user: one kept-alive

@@ -35,6 +35,7 @@ from qwen_npu.loadtest.compare import (
     run_interleaved,
 )
 from qwen_npu.loadtest.compare_stats import Cell, Pick, format_many, pick, summarize
+from qwen_npu.ports import LOCAL_ENGINE_URL
 
 PROG = "qwen-npu mtp-tune"
 DEFAULT_PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
@@ -250,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 < args.time_scale <= 10:
             raise CompareError(f"TIME_SCALE={args.time_scale}: use a factor in (0, 10]")
         urls = parse_urls(args.urls, settings) if args.urls.strip() else None
-        base = bench_config(rest, "http://127.0.0.1:30000", PROG)
+        base = bench_config(rest, LOCAL_ENGINE_URL, PROG)
         fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
             from qwen_npu.sim.config import ConfigError, profile_path

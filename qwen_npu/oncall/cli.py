@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.oncall import release as rel
+from qwen_npu.ports import ENGINE_PORT, SIDECAR_PORT
 
 PROG = "qwen-npu oncall"
 SWITCHES = ("status", "mtp-off", "mtp-on", "patch-off", "patch-on", "rollback", "engine")
@@ -78,7 +79,6 @@ class OnCall:
     values_mode: str
     sidecar_port: int
     router_port: int
-    engine_kind: str | None
     via_make: bool
 
     # -- naming: make targets and variables under make, the CLI's verbs otherwise ---------------
@@ -151,7 +151,7 @@ class OnCall:
         )
 
     def engine(self) -> rel.Workload:
-        """The engine's workload, from the release's manifest (``--engine-kind``: its kind)."""
+        """The engine's workload, from the release's manifest."""
         manifest = self.read(
             [*self.helm, "get", "manifest", self.release, "--namespace", self.namespace]
         )
@@ -166,15 +166,6 @@ class OnCall:
                 f"{self.switch}: the manifest of release {self.release} has no engine Deployment "
                 f"or LeaderWorkerSet; next: {self.cmd('status')}"
             )
-        if self.engine_kind:
-            kind = {k.lower(): k for k in rel.ENGINE_KINDS}.get(self.engine_kind.lower())
-            if kind is None:
-                raise Stop(
-                    f"{self.prog}: ENGINE_KIND={self.engine_kind}: use deployment or "
-                    "leaderworkerset, or leave it unset (found from the release)",
-                    2,
-                )
-            found = rel.Workload(kind, found.name, found.component)
         return found
 
     def wait(self) -> None:
@@ -331,15 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="--reuse-values",
         help="helm upgrade's values flag (--reset-then-reuse-values with a newer chart)",
     )
-    p.add_argument("--sidecar-port", type=int, default=9400)
-    p.add_argument("--router-port", type=int, default=30000)
+    p.add_argument("--sidecar-port", type=int, default=SIDECAR_PORT)
+    p.add_argument("--router-port", type=int, default=ENGINE_PORT)
     p.add_argument("--patch", default="", help="patch-off/patch-on: the runtime patch's name")
     p.add_argument("--revision", default="", help="rollback: the revision (default: previous)")
-    p.add_argument(
-        "--engine-kind",
-        default="",
-        help="deprecated: the engine's kind is read from the release's manifest",
-    )
     p.add_argument("--via", choices=["cli", "make"], default="cli", help=argparse.SUPPRESS)
     return p
 
@@ -357,16 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         values_mode=args.values_mode,
         sidecar_port=args.sidecar_port,
         router_port=args.router_port,
-        engine_kind=args.engine_kind or None,
         via_make=args.via == "make",
     )
-    if oc.engine_kind:
-        var = oc.var("ENGINE_KIND", "--engine-kind")
-        print(
-            f"{oc.prog}: {var} is deprecated: the engine's kind is read from the release's "
-            "manifest; unset it",
-            file=sys.stderr,
-        )
     try:
         if args.switch == "status":
             oc.status()

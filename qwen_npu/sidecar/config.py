@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, CliSettingsSource, CliSuppress, SettingsConfigDict
 
 from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.ports import LOCAL_ENGINE_URL, SIDECAR_PORT
 
 _T = TypeVar("_T")
 ENV_PREFIX = "QWEN_NPU_"
@@ -60,10 +61,12 @@ class Settings(BaseSettings):
 
     # Where things are.
     engine_url: str = Field(
-        "http://127.0.0.1:30000", description="Base URL of the SGLang engine (same pod)."
+        LOCAL_ENGINE_URL, description="Base URL of the SGLang engine (same pod)."
     )
     sidecar_host: str = Field("0.0.0.0", description="Address the sidecar listens on.")
-    sidecar_port: int = Field(9400, ge=1, le=65535, description="Port the sidecar listens on.")
+    sidecar_port: int = Field(
+        SIDECAR_PORT, ge=1, le=65535, description="Port the sidecar listens on."
+    )
     state_dir: Path | None = Field(
         None, description="Folder of the patches' state.json (shared volume); unset: unknown."
     )
@@ -146,7 +149,7 @@ class Settings(BaseSettings):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")) or len(value) < 10:
-            raise ValueError("not an http(s) URL; use e.g. http://127.0.0.1:30000")
+            raise ValueError(f"not an http(s) URL; use e.g. {LOCAL_ENGINE_URL}")
         return value.rstrip("/")
 
     @model_validator(mode="after")

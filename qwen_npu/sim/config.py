@@ -39,6 +39,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from qwen_npu.ports import ENGINE_PORT
+
 ENV_PREFIX = "QWEN_NPU_SIM_"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 SPEC_ALGORITHMS = ("none", "NEXTN", "EAGLE", "EAGLE3")
@@ -80,7 +82,7 @@ class SimConfig(BaseModel):
 
     # Server
     host: str = _f("127.0.0.1", "address to listen on")
-    port: int = _f(30000, "port to listen on (SGLang's default)", ge=1, le=65535)
+    port: int = _f(ENGINE_PORT, "port to listen on (SGLang's default)", ge=1, le=65535)
     model_path: str = _f("Qwen/Qwen3.6-35B-A3B-w8a8-sim", "model_path reported by /model_info")
     served_model_name: str = _f("", "model name in /v1/models and metric labels (model-path)")
     log_level: Literal["debug", "info", "warning", "error"] = _f(

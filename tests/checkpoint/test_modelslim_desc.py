@@ -78,17 +78,15 @@ def test_metadata_values_are_not_schemes() -> None:
     assert validate_description(desc) is desc
 
 
-def test_known_schemes() -> None:
-    assert {
-        "FLOAT",
-        "W8A8",
-        "W8A8_DYNAMIC",
-        "W4A8_DYNAMIC",
-        "W4A4_DYNAMIC",
-        "W8A8_MXFP8",
-        "W4A8_MXFP",
-        "W4A4_MXFP4",
-    } == KNOWN_SCHEMES
+def test_every_known_scheme_loads_and_an_unknown_one_is_named() -> None:
+    """What KNOWN_SCHEMES means, by behaviour: the readers accept each of them, and refuse a
+    scheme outside them naming the key and the known list."""
+    for scheme in sorted(KNOWN_SCHEMES):
+        desc = {"model_quant_type": "W8A8_DYNAMIC", "model.layers.0.mlp.down_proj.weight": scheme}
+        assert validate_description(desc) == desc
+    bad = {"model.layers.0.mlp.down_proj.weight": "W3A3_FANCY"}
+    with pytest.raises(DescriptionError, match=r"down_proj.weight.*'W3A3_FANCY'.*known: FLOAT"):
+        validate_description(bad)
 
 
 def test_prefix_candidates_in_sglangs_order() -> None:

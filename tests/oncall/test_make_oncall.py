@@ -145,13 +145,6 @@ def test_leaderworkerset_engines_are_found_and_wait_on_pods(
     assert "deprecated" not in done.stderr
 
 
-def test_engine_kind_still_works_with_a_deprecation(repo: Path, env: dict[str, str]) -> None:
-    done = make(repo, env, "mtp-off", "ENGINE_KIND=leaderworkerset")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert not any("rollout" in c for c in calls(env))
-    assert "make mtp-off: ENGINE_KIND is deprecated" in done.stderr
-
-
 def test_a_release_without_an_engine_workload_says_so(
     repo: Path, env: dict[str, str], tmp_path: Path
 ) -> None:

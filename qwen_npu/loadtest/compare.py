@@ -119,6 +119,30 @@ def parse_concs(text: str) -> list[int]:
 RunOne = Callable[[Any], tuple[dict[str, Any], bool]]
 
 
+def run_sides(
+    prog: str,
+    sides: Sequence[Side],
+    concs: Sequence[int],
+    repeats: int,
+    base: Any,
+    run_one: RunOne,
+    output: Path | None,
+    compare_id: str,
+) -> list[dict[str, Any]] | int:
+    """``run_interleaved`` for a command line: the records, or the exit code when a side was not
+    ready (1, one line naming it) or the run was interrupted (130, where the runs so far are)."""
+    from qwen_npu.loadtest.progress import TargetNotReady
+
+    try:
+        return run_interleaved(sides, concs, repeats, base, run_one, output, compare_id)
+    except TargetNotReady as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the runs so far are in {output}", file=sys.stderr)
+        return 130
+
+
 def run_interleaved(
     sides: Sequence[Side],
     concs: Sequence[int],
@@ -217,7 +241,6 @@ def report(
 def main(argv: Sequence[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     from qwen_npu.loadtest import cli  # light: locust comes with bench_config, once flags are good
-    from qwen_npu.loadtest.progress import TargetNotReady
 
     try:
         sides = [Side(args.label_a, args.a.rstrip("/")), Side(args.label_b, args.b.rstrip("/"))]
@@ -241,16 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import time
 
     output = Path(args.output) if args.output else None
-    try:
-        records = run_interleaved(
-            sides, concs, args.repeats, base, cli.run_one, output, f"compare-{time.time():.0f}"
-        )
-    except TargetNotReady as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the runs so far are in {output}", file=sys.stderr)
-        return 130
+    records = run_sides(
+        PROG, sides, concs, args.repeats, base, cli.run_one, output, f"compare-{time.time():.0f}"
+    )
+    if isinstance(records, int):
+        return records
     text, _ = report(records, sides, output)
     print(text)
     return 0 if all(r.get("verdict") == "pass" for r in records) else 1

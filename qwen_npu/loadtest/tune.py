@@ -32,7 +32,7 @@ from qwen_npu.loadtest.compare import (
     check_same_model,
     identity,
     parse_concs,
-    run_interleaved,
+    run_sides,
 )
 from qwen_npu.loadtest.compare_stats import Cell, Pick, format_many, pick, summarize
 from qwen_npu.ports import LOCAL_ENGINE_URL
@@ -241,7 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     from qwen_npu.loadtest import cli  # light: locust comes with bench_config, once flags are good
-    from qwen_npu.loadtest.progress import TargetNotReady
 
     try:
         settings = parse_settings(args.settings)
@@ -286,16 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mtp-tune: settings {', '.join(s.label for s in sides)} on {where}", flush=True)
         import time
 
-        try:
-            records = run_interleaved(
-                sides, concs, args.repeats, base, run_one, output, f"mtp-tune-{time.time():.0f}"
-            )
-        except TargetNotReady as exc:
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print(f"{PROG}: interrupted; the runs so far are in {output}", file=sys.stderr)
-            return 130
+        records = run_sides(
+            PROG, sides, concs, args.repeats, base, run_one, output, f"mtp-tune-{time.time():.0f}"
+        )
+        if isinstance(records, int):
+            return records
     labels = [s.label for s in sides]
     summary = summarize(records, labels)
     tables = [f"Concurrency {c}\n{format_many(cells, labels)}" for c, cells in summary.items()]

@@ -20,7 +20,8 @@ import yaml
 
 from tests.release.conftest import VERSION, one_error_line, tiny_image
 from tools.paths import REPO
-from tools.release import chart, flow, oci, signing
+from tools.release import bundle as bundle_verbs
+from tools.release import chart, common, oci, signing
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 
@@ -100,7 +101,7 @@ def test_release_pushes_signs_and_pins_every_digest(
         assert (released["dir"] / info["signature"]["path"]).is_file()
     assert client.tags("qwen/charts/qwen-npu") == [VERSION]
     assert "this record (record.json.asc)" in record["signing"]["signed"]
-    flow.verify_file(released["dir"] / "record.json", released["dir"] / "keys" / "site.gpg")
+    common.verify_file(released["dir"] / "record.json", released["dir"] / "keys" / "site.gpg")
 
 
 def test_sbom_lists_debian_and_python_packages_with_versions(released: dict[str, Any]) -> None:
@@ -349,7 +350,7 @@ def _manifest(layout: Path) -> tuple[bytes, str]:
 
 
 def _rewrite_sums(bundle: Path) -> None:
-    flow.write_sums(bundle)
+    bundle_verbs.write_sums(bundle)
 
 
 @pytest.mark.parametrize("case", ["corrupt", "digest-mismatch", "missing-signature"])
@@ -526,7 +527,7 @@ def test_make_release_wires_the_stand_in_engine_tag(
 def test_rollback_untags_new_tags_and_restores_replaced_ones(
     registries: Any, pki: Any, tmp_path: Path
 ) -> None:
-    """What a failure after the first tag runs (flow.Publisher): a tag this run created goes,
+    """What a failure after the first tag runs (common.Publisher): a tag this run created goes,
     a tag it moved points back at what it pointed at before."""
     rel, _ = registries
     client = rel.client(ca=pki.ca)
@@ -535,7 +536,7 @@ def test_rollback_untags_new_tags_and_restores_replaced_ones(
     for image in (old, new):
         image.push(client, "rollback/engine")
     client.put_manifest("rollback/engine", "moved", old.manifest, old.media_type)
-    publisher = flow.Publisher(client)
+    publisher = common.Publisher(client)
     publisher.tag("rollback/engine", "moved", new)
     publisher.tag("rollback/engine", "created", new)
     assert client.manifest_digest("rollback/engine", "created") == new.digest

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from qwen_npu.fetch.layout import Revision, Store
+from tools.perf.report import write_report
 
 GB = 10**9
 MB = 10**6
@@ -242,10 +243,7 @@ def main() -> int:
         *rows,
         "",
     ]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    return 0
+    return write_report(out, lines)
 
 
 if __name__ == "__main__":

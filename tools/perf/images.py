@@ -24,6 +24,7 @@ from pathlib import Path
 
 from qwen_npu import processes
 from tools.paths import REPO
+from tools.perf.report import write_report
 from tools.versions import read_versions
 
 # python:3.11-slim-bookworm, uncompressed, as `docker image ls` reports it (an estimate: the build
@@ -183,10 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         *podman_figures(),
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    return 0
+    return write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fixtures.checkpoints import write_checkpoint
 from qwen_npu.preflight import Options, run_preflight
+from tools.perf.report import write_report
 
 RUNS = int(os.environ.get("PERF_PREFLIGHT_RUNS", "5"))
 GOAL_S = 1.0
@@ -83,10 +84,7 @@ def main() -> int:
         "Command: `make perf-preflight` (PERF_PREFLIGHT_RUNS=N to change the number of runs).",
         "",
     ]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    return 0
+    return write_report(out, lines)
 
 
 if __name__ == "__main__":

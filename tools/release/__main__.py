@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tools.release import ReleaseError, flow, signing
+from tools.release import ReleaseError, bundle, common, model, publish, signing
 from tools.release.registry import Registry, Target
 
 
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument(
         "--node-keyring",
         type=Path,
-        default=flow.NODE_KEYRING,
+        default=common.NODE_KEYRING,
         help="where nodes keep the public keyring (policy.json's keyPath)",
     )
 
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--keyring", type=Path, required=True)
     load.add_argument("--out", type=Path, default=Path("out/bundle-load"))
     load.add_argument("--overwrite", action="store_true")
-    load.add_argument("--node-keyring", type=Path, default=flow.NODE_KEYRING)
+    load.add_argument("--node-keyring", type=Path, default=common.NODE_KEYRING)
 
     pull = verbs.add_parser("chart-pull", help="helm pull from oci:// and verify the provenance")
     pull.add_argument("--registry", required=True)
@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.verb == "release":
             key = signing.SigningKey.find(args.key, None, args.passphrase_file)
-            specs = [flow.ImageSpec.parse(text) for text in args.image]
-            result = flow.release(
+            specs = [publish.ImageSpec.parse(text) for text in args.image]
+            result = publish.release(
                 Target.parse(args.registry),
                 specs,
                 key,
@@ -118,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "bundle":
             result = {
                 "tarball": str(
-                    flow.bundle(args.record, args.bundle, args.keyring, args.site_registry)
+                    bundle.bundle(args.record, args.bundle, args.keyring, args.site_registry)
                 )
             }
         elif args.verb == "bundle-load":
-            result = flow.bundle_load(
+            result = bundle.bundle_load(
                 args.bundle,
                 Target.parse(args.registry),
                 args.keyring,
@@ -135,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             registry = Registry.from_env(target.host)
             registry.ping()
             args.out.mkdir(parents=True, exist_ok=True)
-            checked = flow.pull_and_verify(target, registry, args.version, args.keyring, args.out)
+            checked = common.pull_and_verify(target, registry, args.version, args.keyring, args.out)
             result = {k: str(v) for k, v in checked.items()}
         elif args.verb == "model-image":
-            result = flow.model_image(
+            result = model.model_image(
                 args.model_dir,
                 args.ref,
                 args.out,
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 preflight_args=shlex.split(args.preflight_args),
             )
         else:
-            result = flow.model_pull(args.ref, args.dest)
+            result = model.model_pull(args.ref, args.dest)
     except ReleaseError as exc:
         lines = [line.strip(" -") for line in str(exc).splitlines() if line.strip(" -")]
         message = "; ".join(lines).replace('"', "'")

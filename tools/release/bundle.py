@@ -1,0 +1,317 @@
+"""`make bundle` and `make bundle-load`: the air-gapped bundle of a release (images as OCI layouts,
+the chart, signatures, the site's values and policy) and its load into a site registry, verified.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from tools.release import ReleaseError, chart, oci, signing
+from tools.release.common import (
+    NODE_KEYRING,
+    Publisher,
+    guard,
+    pull_and_verify,
+    say,
+    sha256_file,
+    verify_file,
+)
+from tools.release.registry import Registry, Target
+
+SITE_PLACEHOLDER = "REPLACE-ME.site.example:5000/qwen-npu"
+
+
+def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | None) -> Path:
+    """Everything a closed site needs, from the registry the record names, checked on the way."""
+    if not record_path.is_file():
+        raise ReleaseError(f"{record_path}: no release record; run `make release` first")
+    rel = record_path.parent
+    verify_file(record_path, keyring)
+    record = json.loads(record_path.read_text())
+    target = Target.parse(record["registry"])
+    registry = Registry.from_env(target.host)
+    registry.ping()
+    if dest.exists():
+        if any(dest.iterdir()) and not (dest / "SHA256SUMS").is_file():
+            raise ReleaseError(
+                f"BUNDLE={dest} exists and is not a bundle; give a new or empty directory"
+            )
+        shutil.rmtree(dest)
+    (dest / "images").mkdir(parents=True)
+    work = dest.parent / f".{dest.name}.work"
+    work.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for name, info in record["images"].items():
+        repo = target.repo(name)
+        body, media_type = registry.get_manifest(repo, info["digest"])
+        image = oci.Image(body, media_type, oci.RegistrySource(registry, repo))
+        sig_src = rel / info["signature"]["path"]
+        signing.verify_manifest(body, info["signature"]["identity"], sig_src, keyring)
+        archive = dest / "images" / f"{name}.oci.tar"
+        say("bundle_image", image=name, digest=info["digest"], to=archive)
+        oci.write_archive(archive, image, info["tag"])
+        sig_dst = dest / info["signature"]["path"]
+        sig_dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sig_src, sig_dst)
+        bom = rel / info["sbom"]["path"]
+        if sha256_file(bom) != info["sbom"]["sha256"]:
+            raise ReleaseError(f"{bom}: sha256 differs from the record's; the SBOM was changed")
+        (dest / "sbom").mkdir(exist_ok=True)
+        shutil.copy2(bom, dest / info["sbom"]["path"])
+        lines.append(info["reference"])
+    (dest / "chart").mkdir()
+    pulled = pull_and_verify(target, registry, record["chart"]["version"], keyring, work)
+    if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
+        raise ReleaseError(
+            f"{target}: the chart in the registry is not the released one (sha256 "
+            f"{pulled['archive_sha256']} against the record's): digest mismatch"
+        )
+    shutil.copy2(pulled["archive"], dest / "chart" / record["chart"]["archive"])
+    shutil.copy2(
+        Path(str(pulled["archive"]) + ".prov"), dest / "chart" / record["chart"]["provenance"]
+    )
+    shutil.rmtree(work)
+    (dest / "keys").mkdir()
+    shutil.copy2(keyring, dest / "keys" / "site.gpg")
+    shutil.copy2(record_path, dest / "record.json")
+    shutil.copy2(record_path.with_name("record.json.asc"), dest / "record.json.asc")
+    (dest / "images.txt").write_text("\n".join(lines) + "\n")
+    site = site_registry or SITE_PLACEHOLDER
+    (dest / "values-site.yaml").write_text(site_values(record, site))
+    (dest / "README.md").write_text(bundle_readme(record, site))
+    write_sums(dest)
+    tarball = dest.with_name(dest.name + ".tar")
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(dest, arcname=dest.name)
+    say(
+        "bundled",
+        bundle=dest,
+        tarball=tarball,
+        bytes=tarball.stat().st_size,
+        next=f"carry {tarball.name} in; make bundle-load BUNDLE={dest.name} REGISTRY=<site>",
+    )
+    return tarball
+
+
+def site_values(record: dict[str, Any], site: str) -> str:
+    """The values overlay for the site: every image from the site registry, digests kept."""
+    lines = [
+        "# qwen-npu values overlay for a site registry (written by make bundle / bundle-load).",
+        f"# Release {record['version']} from {record['registry']}; the released digests.",
+        "global:",
+        f"  imageRegistry: {site}",
+        "image:",
+    ]
+    for name, info in record["images"].items():
+        lines += [
+            f"  {name}:",
+            f'    tag: "{info["tag"]}"',
+            "    digests:",
+            f'      "{info["tag"]}": {info["digest"]}',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def bundle_readme(record: dict[str, Any], site: str) -> str:
+    version = record["version"]
+    images = "\n".join(f"- `{i['reference']}`" for i in record["images"].values())
+    return f"""# qwen-npu {version}: air-gapped bundle
+
+Made by `make bundle` from the release in `{record["registry"]}` (record.json, signed:
+record.json.asc). Every file is listed in `SHA256SUMS`.
+
+Images (OCI archives in `images/`, signatures in `sigstore/`, SBOMs in `sbom/`):
+
+{images}
+
+Chart: `chart/{record["chart"]["archive"]}`, its Helm provenance
+`chart/{record["chart"]["provenance"]}`.
+
+## Steps at the site
+
+1. Check the copy: `sha256sum -c SHA256SUMS`.
+2. Get the site's public signing key from where your site keeps it (not from this bundle), e.g.
+   `site.gpg`, and compare its fingerprint with `{record["signing"]["key"]}`.
+3. Load: from a qwen-npu checkout, `make bundle-load BUNDLE=<this directory or its .tar>
+   REGISTRY=<site registry host:port/namespace> SIGNING_KEYRING=site.gpg`
+   (REGISTRY_USER/REGISTRY_PASSWORD, REGISTRY_CA for the site registry). It checks every file,
+   signature and digest, pushes images and chart, checks them again in the site registry, and
+   writes the site's `values-site.yaml`, `policy.json` and `registries.d/` under its `OUT`.
+4. Nodes: install `policy.json` as `/etc/containers/policy.json`, the keyring at the path it
+   names, `registries.d/qwen-npu.yaml` in `/etc/containers/registries.d/`, and publish the
+   `sigstore/` tree where that file points (CRI-O and podman check signatures on every pull).
+5. Install: `helm install qwen-npu oci://<site registry>/charts/qwen-npu --version {version}
+   -f values-site.yaml` (this bundle's `values-site.yaml` names `{site}`).
+"""
+
+
+def write_sums(dest: Path) -> None:
+    rows = [
+        f"{sha256_file(p)}  {p.relative_to(dest)}"
+        for p in sorted(dest.rglob("*"))
+        if p.is_file() and p.name != "SHA256SUMS"
+    ]
+    (dest / "SHA256SUMS").write_text("\n".join(rows) + "\n")
+
+
+def check_sums(dest: Path) -> None:
+    sums = dest / "SHA256SUMS"
+    if not sums.is_file():
+        raise ReleaseError(f"bundle {dest}: no SHA256SUMS; not a qwen-npu bundle")
+    listed = {}
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name] = digest
+    for name, digest in listed.items():
+        path = dest / name
+        if not path.is_file():
+            raise ReleaseError(
+                f"bundle {dest}: {name} is missing (SHA256SUMS lists it); copy the bundle again"
+            )
+        if sha256_file(path) != digest:
+            raise ReleaseError(
+                f"bundle {dest}: {name} is corrupt (its sha256 differs from SHA256SUMS); "
+                "copy the bundle again"
+            )
+    extra = [
+        str(p.relative_to(dest))
+        for p in dest.rglob("*")
+        if p.is_file() and p.name != "SHA256SUMS" and str(p.relative_to(dest)) not in listed
+    ]
+    if extra:
+        raise ReleaseError(
+            f"bundle {dest}: {extra[0]} is not in SHA256SUMS; the bundle was changed"
+        )
+
+
+def bundle_load(
+    source: Path,
+    target: Target,
+    keyring: Path,
+    out: Path,
+    *,
+    overwrite: bool = False,
+    node_keyring: Path = NODE_KEYRING,
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    dest = source
+    if source.is_file():
+        unpacked = out / "unpacked"
+        shutil.rmtree(unpacked, ignore_errors=True)
+        try:
+            with tarfile.open(source) as tar:
+                tar.extractall(unpacked, filter="data")
+        except (OSError, tarfile.TarError) as exc:
+            raise ReleaseError(
+                f"bundle {source}: not a readable tarball ({exc}); copy it again"
+            ) from None
+        found = [p for p in unpacked.iterdir() if p.is_dir()]
+        if len(found) != 1:
+            raise ReleaseError(f"bundle {source}: expected one directory inside")
+        dest = found[0]
+    if not dest.is_dir():
+        raise ReleaseError(f"BUNDLE={source}: no such directory or tarball")
+    check_sums(dest)
+    verify_file(dest / "record.json", keyring)
+    record = json.loads((dest / "record.json").read_text())
+    archive = dest / "chart" / record["chart"]["archive"]
+    chart.verify(archive, keyring, dest / "chart" / record["chart"]["provenance"])
+    registry = Registry.from_env(target.host)
+    registry.ping()
+    publisher = Publisher(registry)
+    wanted = [(target.repo(n), i["tag"]) for n, i in record["images"].items()]
+    wanted.append((target.repo(f"{chart.CHART_REPO}/qwen-npu"), record["chart"]["version"]))
+    publisher.refuse_existing(wanted, overwrite, f"release {record['version']}")
+    released = Target.parse(record["registry"])
+    sigstore = out / "sigstore"
+    loaded: dict[str, Any] = {}
+    archives = {}
+    for name, info in record["images"].items():
+        path = dest / "images" / f"{name}.oci.tar"
+        with oci.open_archive(path) as image:
+            if image.digest != info["digest"]:
+                raise ReleaseError(
+                    f"bundle {dest}: images/{name}.oci.tar holds {image.digest}, the release "
+                    f"record says {info['digest']}: digest mismatch; refuse it"
+                )
+            signing.verify_manifest(
+                image.manifest,
+                info["signature"]["identity"],
+                dest / info["signature"]["path"],
+                keyring,
+            )
+            say("bundle_load_image", image=name, digest=image.digest, to=target.ref(name))
+            image.push(registry, target.repo(name))
+            archives[name] = (image.manifest, image.media_type)
+    try:
+        for name, info in record["images"].items():
+            manifest, media_type = archives[name]
+            image = oci.Image(manifest, media_type, oci.BlobSource())
+            publisher.tag(target.repo(name), info["tag"], image)
+        staged = out / "chart"
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir()
+        shutil.copy2(archive, staged / archive.name)
+        shutil.copy2(
+            dest / "chart" / record["chart"]["provenance"], staged / (archive.name + ".prov")
+        )
+        chart_digest = chart.push(staged / archive.name, target, registry, out)
+        publisher.record_chart(
+            target.repo(f"{chart.CHART_REPO}/qwen-npu"), record["chart"]["version"], chart_digest
+        )
+        pulled = pull_and_verify(target, registry, record["chart"]["version"], keyring, out)
+        if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
+            raise ReleaseError(
+                f"{target}: the chart pulled back is not the bundle's: digest mismatch"
+            )
+        for name, info in record["images"].items():
+            repo = target.repo(name)
+            now = registry.manifest_digest(repo, info["tag"])
+            if now != info["digest"]:
+                raise ReleaseError(
+                    f"{target.ref(name)}:{info['tag']} resolves to {now}, the bundle's is "
+                    f"{info['digest']}: digest mismatch"
+                )
+            body, _ = registry.get_manifest(repo, info["digest"])
+            src = dest / info["signature"]["path"]
+            signer = signing.verify_manifest(body, info["signature"]["identity"], src, keyring)
+            sig = signing.lookaside_path(sigstore, repo, info["digest"])
+            sig.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, sig)
+            loaded[name] = {
+                "reference": f"{target.ref(name)}:{info['tag']}@{info['digest']}",
+                "signed_by": signer,
+            }
+    except ReleaseError as exc:
+        raise guard(publisher, exc) from None
+    (out / "values-site.yaml").write_text(site_values(record, str(target)))
+    shutil.copy2(keyring, out / "site.gpg")
+    signing.write_json(
+        out / "policy.json",
+        signing.policy(
+            {str(target): signing.remap_identity(str(target), str(released))}, node_keyring
+        ),
+    )
+    (out / "registries.d").mkdir(exist_ok=True)
+    (out / "registries.d" / "qwen-npu.yaml").write_text(
+        signing.registries_d(str(target), f"file://{sigstore.resolve()}")
+    )
+    result = {
+        "registry": str(target),
+        "images": loaded,
+        "chart_digest": chart_digest,
+        "chart": f"oci://{target.ref(chart.CHART_REPO)}/qwen-npu",
+    }
+    signing.write_json(out / "loaded.json", result)
+    say(
+        "bundle_loaded",
+        registry=target,
+        out=out,
+        next=f"helm install qwen-npu {result['chart']} --version {record['chart']['version']} "
+        f"-f {out / 'values-site.yaml'}",
+    )
+    return result

@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from qwen_npu import __version__
+
 # verb -> (module, one-line help). Each module exposes ``main(argv: list[str]) -> int``.
 VERBS: dict[str, tuple[str, str]] = {
     "preflight": ("qwen_npu.preflight.cli", "check a checkpoint before a long model load"),
@@ -45,8 +47,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_usage())
         return 0
     if args[0] in ("-V", "--version"):
-        from qwen_npu import __version__
-
         print(__version__)
         return 0
     verb, rest = args[0], args[1:]

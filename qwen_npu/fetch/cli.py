@@ -132,6 +132,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
 
 def _profile_tp(path: Path) -> int:
     try:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         import yaml
 
         data = yaml.safe_load(path.read_text())
@@ -146,6 +147,7 @@ def _profile_tp(path: Path) -> int:
 
 def _preflight(dest: Path, tp: int | None) -> int:
     """The checkpoint's preflight verdict (qwen_npu.preflight's API), as one log line."""
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.preflight import Options, run_preflight
     from qwen_npu.preflight.checkpoint import InputError
 
@@ -177,6 +179,7 @@ def _preflight(dest: Path, tp: int | None) -> int:
 
 
 def _fetch(argv: list[str]) -> int:
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.fetch.run import Options, environ_ca_bundle, fetch
     from qwen_npu.fetch.transfer import Retry
 
@@ -212,6 +215,7 @@ def _fetch(argv: list[str]) -> int:
 
 
 def _wait(argv: list[str]) -> int:
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.fetch.wait import wait
 
     args = build_wait_parser().parse_args(argv)
@@ -228,6 +232,7 @@ def _wait(argv: list[str]) -> int:
 
 
 def _verify(argv: list[str]) -> int:
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.fetch.wait import matches
 
     args = build_verify_parser().parse_args(argv)

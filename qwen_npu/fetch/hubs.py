@@ -68,6 +68,7 @@ class HuggingFace:
         self._session: Any = None
 
     def resolve(self) -> Listing:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         import httpx
         from huggingface_hub import HfApi
         from huggingface_hub.errors import (
@@ -120,6 +121,7 @@ class HuggingFace:
 
     @contextmanager
     def open(self, listing: Listing, f: RemoteFile, offset: int) -> Iterator[Stream]:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from huggingface_hub import hf_hub_url
         from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
@@ -148,6 +150,7 @@ class ModelScope:
         if self._api is None:
             with warnings.catch_warnings():  # MODELSCOPE_DOMAIN is "deprecated" but honoured
                 warnings.simplefilter("ignore", FutureWarning)
+                # lazy: an extra's (pyproject.toml); the base install goes without
                 from modelscope_hub import HubApi, HubConfig
 
                 # A fresh config reads MODELSCOPE_ENDPOINT / MODELSCOPE_DOMAIN now (the client's
@@ -156,6 +159,7 @@ class ModelScope:
         return self._api
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from modelscope_hub.errors import (
             AuthenticationError,
             NetworkError,
@@ -239,6 +243,7 @@ def _stream(
     a third of the CPU (make perf-fetch); both honour HTTPS_PROXY, NO_PROXY and the CA bundle, and
     requests drops the Authorization header when a mirror redirects to another host.
     """
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import requests
     from urllib3.exceptions import HTTPError
 

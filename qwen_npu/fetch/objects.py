@@ -50,6 +50,7 @@ class ObjectStore:
     @property
     def client(self) -> Any:
         if self._client is None:
+            # lazy: an extra's (pyproject.toml); the base install goes without
             import boto3
             import botocore.session
             from botocore.config import Config
@@ -86,6 +87,7 @@ class ObjectStore:
         return self._client
 
     def _error(self, exc: Exception, what: str) -> Exception:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -129,6 +131,7 @@ class ObjectStore:
         return exc
 
     def resolve(self) -> Listing:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from botocore.exceptions import BotoCoreError, ClientError
 
         prefix = f"{self.source.prefix}/" if self.source.prefix else ""
@@ -158,6 +161,7 @@ class ObjectStore:
         return Listing(self.source, f"objects-{digest.hexdigest()[:32]}", files)
 
     def _versioned(self) -> bool:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from botocore.exceptions import ClientError
 
         try:
@@ -188,6 +192,7 @@ class ObjectStore:
 
     @contextmanager
     def open(self, listing: Listing, f: RemoteFile, offset: int) -> Iterator[Stream]:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from botocore.exceptions import BotoCoreError, ClientError
 
         key = f"{self.source.prefix}/{f.path}" if self.source.prefix else f.path
@@ -210,6 +215,7 @@ class ObjectStore:
             body.close()
 
     def _chunks(self, body: Any, what: str) -> Iterator[bytes]:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from botocore.exceptions import BotoCoreError
         from urllib3.exceptions import HTTPError
 

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from qwen_npu.fetch.errors import FetchError
 from qwen_npu.fetch.source import Source
 
 CHUNK = 1 << 20  # bytes per read: the fetch's memory does not grow with the file
@@ -71,7 +72,6 @@ class Remote(Protocol):
 
 def safe_relpath(path: str) -> str:
     """A listing's path, refused when it would escape DEST (``..``, absolute, backslashes)."""
-    from qwen_npu.fetch.errors import FetchError
 
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):

@@ -61,13 +61,16 @@ def make_remote(source: Source, opts: Options) -> Remote:
     args = (source, opts.read_timeout, opts.connect_timeout)
     try:
         if source.scheme == "hf":
+            # lazy: only the source asked for loads its client
             from qwen_npu.fetch.hubs import HuggingFace
 
             return HuggingFace(*args)
         if source.scheme == "modelscope":
+            # lazy: only the source asked for loads its client
             from qwen_npu.fetch.hubs import ModelScope
 
             return ModelScope(*args)
+        # lazy: only the source asked for loads its client
         from qwen_npu.fetch.objects import ObjectStore
 
         return ObjectStore(*args)

@@ -77,6 +77,7 @@ class RequestOutput:
 
 def error_reason(exc: BaseException) -> str:
     """A short, countable reason for a failed request (the class, not the whole message)."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import requests
 
     if isinstance(exc, StreamBroken):
@@ -130,6 +131,7 @@ class Backend(ABC):
         """
         if isinstance(session, WireSession):
             return self._request_wire(session, inp)
+        # lazy: an extra's (pyproject.toml); the base install goes without
         import requests
 
         out = RequestOutput(index=inp.index, prompt_len=inp.row.prompt_len)

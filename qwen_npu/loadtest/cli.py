@@ -26,6 +26,7 @@ from qwen_npu.loadtest.dataset import (
     vocab_size_from_tokenizer,
 )
 from qwen_npu.loadtest.metrics import calculate_metrics
+from qwen_npu.loadtest.progress import TargetNotReady, say
 from qwen_npu.loadtest.report import (
     RunInfo,
     append_jsonl,
@@ -134,6 +135,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def run_one(config: BenchConfig) -> tuple[dict[str, Any], bool]:
     from qwen_npu.loadtest import runner  # imports locust (gevent monkey-patching): only here
+
+    # lazy, after runner: it imports requests, and locust must patch ssl before that loads
     from qwen_npu.loadtest.server_counters import accept_length
 
     result = runner.run(config)
@@ -163,8 +166,6 @@ def main(argv: list[str]) -> int:
     except (ValueError, DatasetError, OSError) as exc:
         print(f"qwen-npu bench: {exc}", file=sys.stderr)
         return 2
-
-    from qwen_npu.loadtest.progress import TargetNotReady, say
 
     if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and not args.vocab_size:
         say(
@@ -196,6 +197,7 @@ def main(argv: list[str]) -> int:
     if args.output:
         print(f"results appended to {args.output}")
         if len(records) > 1:
+            # lazy: matplotlib loads only when a picture is asked for
             from qwen_npu.loadtest.plots import write_html, write_png
 
             stem = Path(args.output).with_suffix("")

@@ -20,13 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.loadtest import cli
 from qwen_npu.loadtest.compare_stats import crossover, format_pair, summarize
+from qwen_npu.loadtest.progress import TargetNotReady, say
+from qwen_npu.loadtest.report import append_jsonl
 from qwen_npu.ports import ENGINE_PORT
 
 DEFAULT_OUTPUT = "out/bench/compare.jsonl"
@@ -55,6 +59,7 @@ class Identity:
 
 
 def _get_json(url: str, timeout_s: float) -> tuple[int, Any]:
+    # lazy: urllib.request imports ssl, which locust (the runs, later) must patch before it loads
     import urllib.error
     import urllib.request
 
@@ -131,7 +136,6 @@ def run_sides(
 ) -> list[dict[str, Any]] | int:
     """``run_interleaved`` for a command line: the records, or the exit code when a side was not
     ready (1, one line naming it) or the run was interrupted (130, where the runs so far are)."""
-    from qwen_npu.loadtest.progress import TargetNotReady
 
     try:
         return run_interleaved(sides, concs, repeats, base, run_one, output, compare_id)
@@ -153,8 +157,6 @@ def run_interleaved(
     compare_id: str,
 ) -> list[dict[str, Any]]:
     """Per concurrency, per repeat, each side in turn; every record appended to ``output``."""
-    from qwen_npu.loadtest.progress import say
-    from qwen_npu.loadtest.report import append_jsonl
 
     records: list[dict[str, Any]] = []
     for conc in concs:
@@ -194,7 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def bench_config(bench_args: Sequence[str], target: str, prog: str = PROG) -> Any:
     """The bench's own flags, validated by the bench's own parser (errors name ``prog``)."""
-    from qwen_npu.loadtest import cli
 
     parser = cli.build_parser()
     parser.prog = prog
@@ -229,6 +230,7 @@ def report(
     )
     text = "\n\n".join(parts) + "\n\n" + tail
     if output is not None and records:
+        # lazy: matplotlib loads only when a picture is asked for
         from qwen_npu.loadtest.plots import write_compare_html, write_compare_png
 
         stem = output.with_suffix("")
@@ -261,7 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CompareError, ValueError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    import time
 
     output = Path(args.output) if args.output else None
     records = run_sides(

@@ -135,6 +135,7 @@ def vocab_size_from_tokenizer(path: str | Path) -> int:
             "or --vocab-size N"
         )
     try:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from tokenizers import Tokenizer
     except ImportError:  # pragma: no cover - tokenizers comes with the bench extra
         return _vocab_size_from_json(file)

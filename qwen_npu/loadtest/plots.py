@@ -19,9 +19,11 @@ from qwen_npu.loadtest.report import format_table
 
 def write_png(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Three panels (TTFT, TPOT: p50 and p99; output throughput) against CONC."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import matplotlib.pyplot as plt
 
     recs = sorted(records, key=lambda r: int(r.get("max_concurrency") or 0))
@@ -79,9 +81,11 @@ def write_compare_png(
     summary: dict[int, dict[str, Cell]], labels: Sequence[str], path: str | Path
 ) -> Path:
     """One panel per compared figure against CONC: each side's median, its range as error bars."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import matplotlib.pyplot as plt
 
     concs = sorted(summary)

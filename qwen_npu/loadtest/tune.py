@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,6 +106,7 @@ def parse_urls(text: str, settings: Sequence[Setting]) -> dict[str, str]:
 
 def sim_flags(profile: str, setting: Setting, time_scale: float) -> dict[str, Any]:
     """running_sim keywords: the profile, the setting, and every ``*-ms`` timing scaled."""
+    # lazy: local mode only: the simulator is the sim extra's
     from qwen_npu.sim import config as simconfig
 
     base, _ = simconfig.build(profile=profile, env={})
@@ -127,7 +130,6 @@ def _fields(cfg: Any) -> dict[str, Any]:
     """The config's fields by snake-case name (a pydantic model or a dataclass)."""
     if hasattr(cfg, "model_dump"):
         return dict(cfg.model_dump())
-    import dataclasses
 
     return dataclasses.asdict(cfg)
 
@@ -142,6 +144,7 @@ def acceptance_flags(base: Any, steps: int) -> dict[str, Any]:
     """
     if getattr(base, "accept_length", None) is None or base.accept_distribution is not None:
         return {}
+    # lazy: local mode only: the simulator is the sim extra's
     from qwen_npu.sim.pricing import solve_constant_rate
 
     p = solve_constant_rate(base.speculative_num_steps, float(base.accept_length))
@@ -153,6 +156,7 @@ def local_sides(
     profile: str, settings: Sequence[Setting], time_scale: float
 ) -> Iterator[list[Side]]:
     """One simulator per setting, all running at once (the runs interleave), stopped at exit."""
+    # lazy: local mode only: the simulator is the sim extra's
     from qwen_npu.sim.testing import running_sim
 
     with contextlib.ExitStack() as stack:
@@ -253,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = bench_config(rest, LOCAL_ENGINE_URL, PROG)
         fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
+            # lazy: local mode only: the simulator is the sim extra's
             from qwen_npu.sim.config import ConfigError, profile_path
 
             try:
@@ -283,7 +288,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{PROG}: {exc}", file=sys.stderr)
                 return 2
         print(f"mtp-tune: settings {', '.join(s.label for s in sides)} on {where}", flush=True)
-        import time
 
         records = run_sides(
             PROG, sides, concs, args.repeats, base, run_one, output, f"mtp-tune-{time.time():.0f}"
@@ -296,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stem = output.with_suffix("") if output is not None else None
     text = "\n\n".join(tables) + "\n\n" + recommend(summary, settings, stem)
     if output is not None:
+        # lazy: matplotlib loads only when a picture is asked for
         from qwen_npu.loadtest.plots import write_compare_html, write_compare_png
 
         png = write_compare_png(summary, labels, f"{stem}.png")

@@ -53,8 +53,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _render_rules(args: argparse.Namespace) -> int:
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import yaml
 
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.observability.render import RenderError, load_values, render_rules
 
     try:
@@ -78,6 +80,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.render_rules is not None:
         return _render_rules(args)
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.observability import generate
 
     out: Path = args.out

@@ -28,6 +28,7 @@ def render_rules(
 ) -> dict[str, Any]:
     """The ``spec`` (``groups:``) of the PrometheusRule the chart renders with ``values``."""
     try:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from helm_python import Chart, HelmError
     except ImportError as exc:
         raise RenderError(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.oncall import release as rel
+from qwen_npu.patches.registry import PATCHES
 from qwen_npu.ports import ENGINE_PORT, SIDECAR_PORT
 
 PROG = "qwen-npu oncall"
@@ -229,7 +230,6 @@ class OnCall:
         self.wait()
 
     def patch(self, op: str, name: str) -> None:
-        from qwen_npu.patches.registry import PATCHES
 
         names = [p.name for p in PATCHES]
         var = self.var("PATCH", "--patch")

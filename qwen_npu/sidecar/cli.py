@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from qwen_npu.log import PartLog
+from qwen_npu.ports import cannot_listen
 from qwen_npu.sidecar.config import Settings, SettingsError, cli_parser, load_settings
 
 DESCRIPTION = (
@@ -40,11 +42,11 @@ def main(argv: list[str]) -> int:
 
 
 def serve(settings: Settings) -> int:
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import uvicorn
     from prometheus_client import disable_created_metrics
 
-    from qwen_npu.log import PartLog
-    from qwen_npu.ports import cannot_listen
+    # lazy: the server's stack loads only when it serves
     from qwen_npu.sidecar.app import create_app
 
     busy = cannot_listen(settings.sidecar_host, settings.sidecar_port)

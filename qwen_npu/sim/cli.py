@@ -113,6 +113,7 @@ def main(argv: list[str]) -> int:
 
 def serve(cfg: SimConfig) -> int:
     """Run the server in the foreground until SIGINT, or SIGTERM and a drain (sim/server.py)."""
+    # lazy: the server's stack loads only when it serves (--help, --list-profiles)
     from qwen_npu.sim.server import serve as run_server
 
     return run_server(cfg)

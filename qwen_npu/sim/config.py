@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from qwen_npu.ports import ENGINE_PORT
+from qwen_npu.sim.chart_engine import ChartProfileError, engine_keys
 
 ENV_PREFIX = "QWEN_NPU_SIM_"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -288,6 +289,7 @@ def unknown_key_error(key: str, source: str) -> ConfigError:
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML profile into {kebab-key: typed value}; ConfigError on any problem."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import yaml
 
     try:
@@ -306,8 +308,6 @@ def load_yaml(path: Path) -> dict[str, Any]:
     chart_profile = data.pop("chart-profile", None)
     chart_values = data.pop("chart-values", None) or {}
     if chart_profile is not None:  # the engine's flags as the chart renders them (chart_engine)
-        from qwen_npu.sim.chart_engine import ChartProfileError, engine_keys
-
         if not isinstance(chart_values, dict):
             raise ConfigError(f"{path}: chart-values must be a mapping of chart values")
         try:

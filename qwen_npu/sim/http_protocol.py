@@ -17,10 +17,12 @@ def stamped_protocol() -> type:
     """uvicorn's HTTP protocol class (httptools when installed, else h11), stamping arrivals."""
     base: Any
     try:
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
         base = HttpToolsProtocol
     except ImportError:  # httptools missing: the pure-Python parser
+        # lazy: an extra's (pyproject.toml); the base install goes without
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
         base = H11Protocol

@@ -51,8 +51,10 @@ class DrainingServer(uvicorn.Server):
 
 def serve(cfg: SimConfig) -> int:
     """Run the server in the foreground until SIGINT, or SIGTERM then the drain; the exit code."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     from prometheus_client import disable_created_metrics
 
+    # lazy: the ASGI stack loads when the server starts
     from qwen_npu.sim.app import create_app
     from qwen_npu.sim.clock import new_loop
     from qwen_npu.sim.fastpath import RawSend

@@ -21,12 +21,14 @@ import hashlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from fixtures.hubserver import Hub, Repo
 from qwen_npu.fetch.layout import Revision, Store
 from tools.perf.report import write_report
 
@@ -90,7 +92,6 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
 
 
 def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
-    from fixtures.hubserver import Hub, Repo
 
     big = tmp / "big.safetensors"
     _random_file(big, int(FETCH_GB * GB))
@@ -115,8 +116,8 @@ def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
 
 
 def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
-    import socket
 
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import boto3
 
     # moto runs in its own process: a child's peak RSS starts at its parent's (Linux carries the

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fixtures.tokenizer import build_tokenizer
 from qwen_npu import processes
 from tools import chart
 from tools.paths import REPO
@@ -214,6 +215,7 @@ def try_json(method: str, url: str, body: Any = None, timeout: float = 2.0) -> A
 
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Prometheus text as {(name, sorted labels): value}."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
@@ -272,8 +274,6 @@ class Cluster:
         volume in the router, router.mountModel) instead of asking the Hugging Face hub."""
         folder = self.workdir / "model"
         if not (folder / "tokenizer.json").exists():
-            from fixtures.tokenizer import build_tokenizer
-
             build_tokenizer(folder)
         return folder
 
@@ -463,6 +463,7 @@ def load(cluster: Cluster, out: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 def run_load(out: Path, bench_argv: list[str]) -> int:
     """The load child: run the bench's measured phase, write every request's record on exit."""
+    # lazy: the bench's modules load locust, whose gevent patches the process: only for a run
     from qwen_npu.loadtest import cli as bench_cli
     from qwen_npu.loadtest import runner
 

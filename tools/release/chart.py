@@ -9,6 +9,7 @@ and the result is re-read and compared, so a reshaped values.yaml fails here, na
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ _LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<rest>.*)$")
 def _helm() -> Any:
     """helm_python, imported when first needed (its Go runtime is loaded with it; the command line
     put the registry's CA into SSL_CERT_FILE before the process started: __main__._go_trust)."""
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import helm_python
 
     return helm_python
@@ -163,7 +165,6 @@ def pull(target: Target, registry: Registry, version: str, dest: Path, work: Pat
             raise ReleaseError(f"pulling qwen-npu {version} from {target}: {exc}") from None
     archive = dest / f"qwen-npu-{version}.tgz"
     repo = target.repo(f"{CHART_REPO}/qwen-npu")
-    import json
 
     manifest = json.loads(registry.get_manifest(repo, version)[0])
     provs = [layer for layer in manifest["layers"] if layer["mediaType"] == PROV_MEDIA_TYPE]

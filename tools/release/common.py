@@ -156,6 +156,7 @@ def pull_and_verify(
 
 
 def read_chart_version() -> str:
+    # lazy: an extra's (pyproject.toml); the base install goes without
     import yaml
 
     data = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())

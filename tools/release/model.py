@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import subprocess
@@ -110,7 +111,6 @@ def build_file_image(
             if group is None:
                 info = tarfile.TarInfo(f"{prefix}/{MODEL_MANIFEST}")
                 info.size, info.mode = len(listing), 0o444
-                import io
 
                 tar.addfile(info, io.BytesIO(listing))
         digest = "sha256:" + sha256_file(partial)

@@ -223,6 +223,19 @@ def _sse_payload(line: bytes) -> bytes | None:
     return line[6:] if line.startswith(b"data: ") else line
 
 
+def _sse_events(lines: Any, st: float, out: RequestOutput) -> Iterator[tuple[float, bytes]]:
+    """(arrival time, payload) of each streamed event but ``[DONE]``; ``out.latency`` follows the
+    last line that arrived (the terminator included), as sglang.benchmark.serving times it."""
+    for line in lines:
+        data = _sse_payload(line)
+        if data is None:
+            continue
+        now = time.perf_counter()
+        out.latency = now - st
+        if data != b"[DONE]":
+            yield now, data
+
+
 class GenerateBackend(Backend):
     """SGLang's native ``/generate``: cumulative text, ``meta_info.completion_tokens`` per chunk."""
 
@@ -243,14 +256,7 @@ class GenerateBackend(Backend):
     def read_stream(self, lines: Any, st: float, out: RequestOutput) -> None:
         last_ts = st
         last_len = 0
-        for line in lines:
-            data = _sse_payload(line)
-            if data is None:
-                continue
-            now = time.perf_counter()
-            out.latency = now - st
-            if data == b"[DONE]":
-                continue
+        for now, data in _sse_events(lines, st, out):
             fields = scan_generate_chunk(data)
             if fields is None:
                 out.error = "server error in stream"
@@ -333,14 +339,7 @@ class OpenAIBackend(Backend):
 
     def read_stream(self, lines: Any, st: float, out: RequestOutput) -> None:
         last_ts = st
-        for line in lines:
-            data = _sse_payload(line)
-            if data is None:
-                continue
-            now = time.perf_counter()
-            out.latency = now - st
-            if data == b"[DONE]":
-                continue
+        for now, data in _sse_events(lines, st, out):
             chunk = json.loads(data)
             if "error" in chunk and "choices" not in chunk:
                 out.error = "server error in stream"

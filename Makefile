@@ -69,9 +69,13 @@ XDIST = -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist loadfile)
 .PHONY: test-setup
 test-setup: $(STAMP) $(TEST_DEPS) ## install everything make test needs (venvs, tools, images), nothing run
 
+# Each set-up phase's wall time is printed when it ends (">> phase ..."), so a CI log says where
+# the minutes went; pytest's own summary line (the log's last) gives its time.
+PHASE = start=$$(date +%s); $(1); rc=$$?; echo ">> phase $(2): $$(( $$(date +%s) - start )) s"; exit $$rc
+
 test: ## run every test and the linters (what CI runs)
-	@$(MAKE) --no-print-directory tools
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line test-setup lint
+	@$(call PHASE,$(MAKE) --no-print-directory tools,Debian tools)
+	@$(call PHASE,$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line test-setup lint,set-up and lint)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The edit-test loop: no slow test, none that needs SGLang's wheel or a system tool. `make test`

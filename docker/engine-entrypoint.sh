@@ -110,15 +110,94 @@ qwen_npu_visible_npus() {
     echo "$count ${QWEN_NPU_DEV_DIR:-/dev}/davinci[0-9]*"
 }
 
+# The host driver (docs/images.md "The host driver"). The image's CANN supports the Ascend HDK from
+# QWEN_NPU_MIN_HDK_VERSION (MAJOR.MINOR, the image bakes it from docker/versions.env) on; a node on
+# an older driver fails deep inside torch_npu, minutes later. The driver's version.info (the Ascend
+# Docker Runtime mounts it; QWEN_NPU_DRIVER_VERSION_FILE, the chart's npu.driverVersionFile) holds
+# lines like `Version=25.2.0` and `package_version=25.2.0`; package_version wins where both are
+# there (some installs write a component version, e.g. 7.35.23, under Version). Below the minimum:
+# one line and exit 5. A missing or unreadable file: one warning (the check cannot say), and on.
+qwen_npu_driver_version() {  # the HDK version a version.info file states
+    local line version="" package=""
+    while IFS= read -r line || [ -n "$line" ]; do
+        line="${line%$'\r'}"
+        case "$line" in
+            package_version=*) package="${line#*=}" ;;
+            Version=*) version="${line#*=}" ;;
+        esac
+    done <"$1"
+    echo "${package:-$version}"
+}
+
+qwen_npu_check_driver() {
+    local min="${QWEN_NPU_MIN_HDK_VERSION:-}" file="${QWEN_NPU_DRIVER_VERSION_FILE:-/usr/local/Ascend/driver/version.info}"
+    local label="${QWEN_NPU_HDK_NODE_LABEL:-qwen-npu.io/ascend-hdk}" have need_major need_minor
+    if [ -z "$min" ]; then return 0; fi  # outside the image: nothing to compare with
+    if ! [[ "$min" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
+        echo "qwen-npu-entrypoint level=error event=bad_min_hdk_version QWEN_NPU_MIN_HDK_VERSION=$min" \
+            "next=\"set it to MAJOR.MINOR (docker/versions.env CANN_MIN_HDK_VERSION) or unset it\"" >&2
+        exit 2
+    fi
+    need_major="${BASH_REMATCH[1]}" need_minor="${BASH_REMATCH[2]}"
+    if [ ! -r "$file" ]; then
+        echo "qwen-npu-entrypoint level=warning event=driver_version_unknown file=$file needed=$min+" \
+            "next=\"mount the driver's version.info there (the Ascend Docker Runtime does; npu.driverVersionFile) so the driver can be checked\"" >&2
+        return 0
+    fi
+    have="$(qwen_npu_driver_version "$file")"
+    if ! [[ "$have" =~ ^([0-9]+)\.([0-9]+) ]]; then
+        echo "qwen-npu-entrypoint level=warning event=driver_version_unknown file=$file version=${have:-none} needed=$min+" \
+            "next=\"the file states no MAJOR.MINOR version (package_version= or Version=): check the node's driver install\"" >&2
+        return 0
+    fi
+    if ((10#${BASH_REMATCH[1]} < 10#$need_major || (10#${BASH_REMATCH[1]} == 10#$need_major && 10#${BASH_REMATCH[2]} < 10#$need_minor))); then
+        echo "qwen-npu-entrypoint level=error event=driver_unsupported installed=$have needed=$min+ file=$file" \
+            "next=\"upgrade the node's Ascend driver (HDK) to $min or later, or schedule on nodes whose label $label says so (scheduling.driverVersion in the chart; docs/images.md)\"" >&2
+        exit 5
+    fi
+    echo "qwen-npu-entrypoint level=info event=driver_ok installed=$have needed=$min+" >&2
+}
+
+# Device access (docs/images.md "Device access"). The engine runs as a non-root uid with every
+# capability dropped; the device nodes are 0660 for the node's HwHiAiUser group, and the device
+# plugin's cgroup rules decide the rest. torch_npu only says "drvGetDevNum failed" much later, so
+# davinci_manager and every davinciN the container sees are opened (read-write, then closed) here.
+# One that does not open: one line naming its owner gid and the value that grants it, exit 6.
+qwen_npu_check_devices() {
+    local dev="${QWEN_NPU_DEV_DIR:-/dev}" node gid mode
+    local -a nodes=()
+    for node in "$dev"/davinci[0-9]*; do
+        if [ -e "$node" ]; then nodes+=("$node"); fi
+    done
+    if [ "${#nodes[@]}" -eq 0 ]; then return 0; fi  # no NPU at all: the count check speaks
+    if [ ! -e "$dev/davinci_manager" ]; then
+        echo "qwen-npu-entrypoint level=error event=npu_device_missing node=$dev/davinci_manager seen=${#nodes[@]}" \
+            "next=\"the container runtime must hand over davinci_manager with the davinciN nodes (Ascend Docker Runtime / device plugin)\"" >&2
+        exit 6
+    fi
+    nodes=("$dev/davinci_manager" "${nodes[@]}")
+    for node in "${nodes[@]}"; do
+        if (: <>"$node") 2>/dev/null; then continue; fi
+        gid="$(stat -c %g "$node")" mode="$(stat -c %a "$node")"
+        echo "qwen-npu-entrypoint level=error event=npu_device_denied node=$node owner_gid=$gid mode=$mode" \
+            "uid=$(id -u) groups=$(id -G | tr ' ' ,) next=\"set npu.deviceGroupId=$gid (the pod's supplementalGroups; docs/chart.md), or run the engine with that gid\"" >&2
+        exit 6
+    done
+    echo "qwen-npu-entrypoint level=info event=npu_devices_open nodes=${#nodes[@]} owner_gid=$(stat -c %g "$dev/davinci_manager")" >&2
+}
+
 # The full patch check before the model load (the image build could only read the sources): every
-# patch applied or fixed upstream, else one line and the pod stops. Its output is kept in the state
-# directory; the patches' states land in state.json, which the sidecar exports.
+# patch the engine's mode uses applied or fixed upstream, else one line and the pod stops. It is
+# handed the engine's flags: strictness follows their mode (MTP on/off, state dtype, draft
+# quantization; a problem with a patch the mode does not run is a warning in the same line). Its
+# output is kept in the state directory; the patches' states land in state.json, which the sidecar
+# exports.
 qwen_npu_verify_patches() {
     local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line
     mkdir -p "$dir" 2>/dev/null || true
     if [ ! -w "$dir" ]; then dir=/tmp; fi
     out="$dir/patches-verify.log"
-    if line="$("${QWEN_NPU_PYTHON:-python3}" -m qwen_npu.cli patches verify --strict --startup 2>"$out")"; then
+    if line="$("${QWEN_NPU_PYTHON:-python3}" -m qwen_npu.cli patches verify --strict --startup --engine-args "$@" 2>"$out")"; then
         echo "$line" >&2
         return 0
     fi
@@ -127,6 +206,26 @@ qwen_npu_verify_patches() {
     fi
     echo "$line log=$out" >&2
     exit 4
+}
+
+# The AscendC ops SGLang's GDN path calls (torch.ops.npu.chunk_gated_delta_rule, ...): registered
+# once torch_npu and sgl_kernel_npu are imported, else one line naming the missing ones and exit 7.
+# The image build read the kernel's files (qwen_npu.hardware.kernel_contents); only the node can
+# load its library. Details are kept beside the patch check's log.
+qwen_npu_check_ops() {
+    local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line
+    mkdir -p "$dir" 2>/dev/null || true
+    if [ ! -w "$dir" ]; then dir=/tmp; fi
+    out="$dir/npu-ops.log"
+    if line="$("${QWEN_NPU_PYTHON:-python3}" -m qwen_npu.hardware.kernel_contents --registered 2>"$out")"; then
+        echo "$line" >&2
+        return 0
+    fi
+    if [ -z "$line" ]; then
+        line="qwen_npu.hardware level=error event=npu_ops_check_failed detail=\"$(tail -n1 "$out" | tr '"' "'")\""
+    fi
+    echo "$line log=$out" >&2
+    exit 7
 }
 
 if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
@@ -153,7 +252,12 @@ if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
     fi
     case "${1:-}" in
         -h | --help) ;;
-        *) qwen_npu_verify_patches ;;
+        *)
+            qwen_npu_check_driver
+            qwen_npu_check_devices
+            qwen_npu_verify_patches "$@"
+            qwen_npu_check_ops
+            ;;
     esac
     set -- "${QWEN_NPU_PYTHON:-python3}" -m sglang.launch_server "$@"
 fi

@@ -2,8 +2,11 @@
 # The qwen-npu engine image: SGLang on Ascend 910 (CANN, torch + torch_npu, triton-ascend,
 # sgl-kernel-npu) with the qwen-npu runtime patches, checked at build time.
 #
-# Every version below defaults to docker/versions.env and `make image` passes them all again as
-# --build-arg from that file; tests/docker/test_engine_dockerfile.py fails when they disagree.
+# Every pin comes from docker/versions.env, the one source: the ARG lines carry no default and
+# `make image` passes each key of that file as --build-arg (it stops first when one is empty). A
+# build without them stops early, naming the empty argument and the versions file: at the base
+# image, whose reference then reads `empty-arg-<NAME>-see-docker-versions.env`, or at the first
+# step of a stage (docker/require-build-args.sh). tests/docker/test_engine_dockerfile.py checks both.
 #   make image                       # 910B (Atlas A2), the platform of this machine
 #   make image CHIP=a3 PLATFORM=linux/arm64
 #   make image-engine-cpu            # ENGINE_FLAVOUR=cpu: the CPU stand-in, built here with podman
@@ -21,21 +24,21 @@
 #              `qwen-npu patches verify --build --strict`: no NPU at build time). The full
 #              `verify --strict` runs at engine start, in the entrypoint, before the model load.
 
-ARG CANN_BASE_IMAGE=quay.io/ascend/cann
-ARG CANN_VERSION=9.1.0
+ARG CANN_BASE_IMAGE
+ARG CANN_VERSION
 # 910b (Atlas A2, the default) or a3 (Atlas A3)
 ARG CHIP=910b
 ARG BASE_OS=ubuntu22.04
-ARG ENGINE_PYTHON_VERSION=3.12
+ARG ENGINE_PYTHON_VERSION
 # npu (the image, the default) or cpu (the stand-in that builds without CANN; docs/images.md)
 ARG ENGINE_FLAVOUR=npu
 # The cpu flavour: its base is the engine's Python on the sidecar's Debian release; its CPU torch
 # stack runs TEST_PYTHON_VERSION (the CPU torch wheel make's wheelhouse has; it may equal the
 # engine's Python where a CPU torch wheel for it is reachable)
-ARG TEST_PYTHON_VERSION=3.11
-ARG SIDECAR_DEBIAN_RELEASE=bookworm
+ARG TEST_PYTHON_VERSION
+ARG SIDECAR_DEBIAN_RELEASE
 
-FROM ${CANN_BASE_IMAGE}:${CANN_VERSION}-${CHIP}-${BASE_OS}-py${ENGINE_PYTHON_VERSION} AS base-npu
+FROM ${CANN_BASE_IMAGE:-empty-arg-cann_base_image-see-docker-versions.env}:${CANN_VERSION:-empty-arg-CANN_VERSION-see-docker-versions.env}-${CHIP}-${BASE_OS}-py${ENGINE_PYTHON_VERSION:-empty-arg-ENGINE_PYTHON_VERSION-see-docker-versions.env} AS base-npu
 ARG CANN_BASE_IMAGE
 ARG CANN_VERSION
 ARG CHIP
@@ -48,7 +51,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
 
-FROM python:${ENGINE_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS base-cpu
+FROM python:${ENGINE_PYTHON_VERSION:-empty-arg-ENGINE_PYTHON_VERSION-see-docker-versions.env}-slim-${SIDECAR_DEBIAN_RELEASE:-empty-arg-SIDECAR_DEBIAN_RELEASE-see-docker-versions.env} AS base-cpu
 ARG ENGINE_PYTHON_VERSION
 ARG SIDECAR_DEBIAN_RELEASE
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -66,15 +69,24 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG CANN_VERSION
 ARG CHIP
 ARG ENGINE_PYTHON_VERSION
-ARG SGLANG_VERSION=0.5.23
-ARG NPU_TORCH_VERSION=2.10.0
-ARG NPU_TORCHVISION_VERSION=0.25.0
-ARG TORCH_NPU_VERSION=2.10.0.post4
-ARG TRITON_ASCEND_VERSION=3.2.2
-ARG PYBIND11_VERSION=2.13.6
-ARG MEMFABRIC_HYBRID_VERSION=1.1.4
-ARG MEMFABRIC_ZBAL_VERSION=1.1.3
-ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
+ARG SGLANG_VERSION
+ARG NPU_TORCH_VERSION
+ARG NPU_TORCHVISION_VERSION
+ARG TORCH_NPU_VERSION
+ARG TRITON_ASCEND_VERSION
+ARG PYBIND11_VERSION
+ARG MEMFABRIC_HYBRID_VERSION
+ARG MEMFABRIC_ZBAL_VERSION
+ARG SGL_KERNEL_NPU_VERSION
+ARG ENGINE_NUMPY_VERSION
+ARG ENGINE_PYARROW_BELOW
+# The downloads' sha256 (docker/engine-assets.sh picks the one for this architecture and CHIP)
+ARG TRITON_ASCEND_SHA256_X86_64
+ARG TRITON_ASCEND_SHA256_AARCH64
+ARG SGL_KERNEL_NPU_SHA256_910B_X86_64
+ARG SGL_KERNEL_NPU_SHA256_910B_AARCH64
+ARG SGL_KERNEL_NPU_SHA256_A3_X86_64
+ARG SGL_KERNEL_NPU_SHA256_A3_AARCH64
 # Where the artefacts come from (mirrors can be swapped in; the versions stay pinned above).
 ARG PIP_INDEX_URL=https://pypi.org/simple
 # An extra index for torch_npu only, empty by default: every pin above resolves from PIP_INDEX_URL
@@ -87,6 +99,12 @@ ARG SGLANG_REPO=https://github.com/sgl-project/sglang.git
 ARG TRITON_ASCEND_URL=https://github.com/triton-lang/triton-ascend/releases/download
 ARG SGL_KERNEL_NPU_URL=https://github.com/sgl-project/sgl-kernel-npu/releases/download
 
+RUN --mount=type=bind,source=docker/require-build-args.sh,target=/tmp/require-build-args.sh \
+    bash /tmp/require-build-args.sh engine.Dockerfile:stack-npu CANN_VERSION CHIP ENGINE_PYTHON_VERSION \
+        SGLANG_VERSION NPU_TORCH_VERSION NPU_TORCHVISION_VERSION TORCH_NPU_VERSION \
+        TRITON_ASCEND_VERSION PYBIND11_VERSION MEMFABRIC_HYBRID_VERSION MEMFABRIC_ZBAL_VERSION \
+        SGL_KERNEL_NPU_VERSION ENGINE_NUMPY_VERSION ENGINE_PYARROW_BELOW
+
 # The environment the engine runs in. --system-site-packages: the CANN base installs the Python
 # packages its own tools import (numpy, sympy, decorator, ...) into the system interpreter.
 RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${ENGINE_PYTHON_VERSION}', v" \
@@ -94,23 +112,25 @@ RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${E
 ENV PATH=/opt/venv/bin:${PATH}
 
 # torch and torchvision: the CPU builds (torch_npu supplies the device), then torch_npu pinned to
-# them. The constraints file keeps every later step from moving these three.
+# them. The constraints file keeps every later step from moving these three, and holds numpy and
+# pyarrow where SGLang's NPU CI holds them for this stack (docker/versions.env names the script):
+# triton-ascend, installed without its dependencies, pins numpy 1.26.4, and pyarrow 26 needs NumPy 2.
 RUN printf '%s\n' "torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_VERSION}" \
-        "torch-npu==${TORCH_NPU_VERSION}" > /tmp/constraints.txt \
+        "torch-npu==${TORCH_NPU_VERSION}" "numpy==${ENGINE_NUMPY_VERSION}" \
+        "pyarrow<${ENGINE_PYARROW_BELOW}" > /tmp/constraints.txt \
     && pip install --index-url "${PYTORCH_CPU_INDEX_URL}" \
         "torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_VERSION}" \
     && pip install --index-url "${PIP_INDEX_URL}" ${TORCH_NPU_INDEX_URL:+--extra-index-url "${TORCH_NPU_INDEX_URL}"} \
         -c /tmp/constraints.txt "torch-npu==${TORCH_NPU_VERSION}"
 
 # triton-ascend: a release wheel per CPU architecture and Python ABI (not on PyPI at this version),
-# without its dependencies (its wheel may pin upstream triton, which replaces triton-ascend's files),
-# and pybind11, whose headers it compiles its kernel launcher with at run time. The wheel stays in
+# checked against its sha256 in docker/versions.env (docker/engine-assets.sh), installed without its
+# dependencies (its wheel may pin upstream triton, which replaces triton-ascend's files), and
+# pybind11, whose headers it compiles its kernel launcher with at run time. The wheel stays in
 # /opt/triton-ascend for the builder stage, which installs it again after the last install.
-RUN py="cp$(echo "${ENGINE_PYTHON_VERSION}" | tr -d .)" && arch="$(uname -m)" \
-    && wheel="triton_ascend-${TRITON_ASCEND_VERSION}-${py}-${py}-manylinux_2_27_${arch}.manylinux_2_28_${arch}.whl" \
-    && mkdir -p /opt/triton-ascend \
-    && curl -fsSL --retry 3 -o "/opt/triton-ascend/${wheel}" "${TRITON_ASCEND_URL}/v${TRITON_ASCEND_VERSION}/${wheel}" \
-    && pip install --no-deps "/opt/triton-ascend/${wheel}" \
+RUN --mount=type=bind,source=docker/engine-assets.sh,target=/tmp/engine-assets.sh \
+    bash /tmp/engine-assets.sh fetch triton /opt/triton-ascend >/dev/null \
+    && pip install --no-deps /opt/triton-ascend/*.whl \
     && pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt "pybind11==${PYBIND11_VERSION}"
 
 # SGLang from its release tag with the NPU project file (the srt_npu extra), version pinned for
@@ -130,12 +150,14 @@ RUN git clone --depth 1 --branch "v${SGLANG_VERSION}" "${SGLANG_REPO}" /tmp/sgla
     && python3 -c "import importlib.metadata as m; v = m.version('sglang'); assert v == '${SGLANG_VERSION}', v"
 
 # sgl-kernel-npu: one release zip of wheels per release, torch, Python, CANN, chip and CPU
-# architecture (sgl_kernel_npu, deep_ep, torch_memory_saver). deep_ep imports its C++ extension
-# from the top level of site-packages, hence the link.
-RUN arch="$(uname -m)" \
-    && asset="sgl-kernel-npu-${SGL_KERNEL_NPU_VERSION}-torch${NPU_TORCH_VERSION}-py$(echo "${ENGINE_PYTHON_VERSION}" | tr -d .)-cann${CANN_VERSION}-${CHIP}-${arch}.zip" \
-    && curl -fsSL --retry 3 -o "/tmp/${asset}" "${SGL_KERNEL_NPU_URL}/${SGL_KERNEL_NPU_VERSION}/${asset}" \
-    && python3 -m zipfile -e "/tmp/${asset}" /tmp/sgl-kernel-npu \
+# architecture (sgl_kernel_npu, deep_ep, torch_memory_saver, attentions), checked against its sha256
+# in docker/versions.env. deep_ep imports its C++ extension from the top level of site-packages,
+# hence the link. Whether the installed package holds what SGLang imports is checked in the engine
+# stage (`python3 -m qwen_npu.hardware.kernel_contents`). Not installed: the zips `custom-ops-*` and
+# `ops-transformer-*` that SGLang's NPU CI also installs (docs/images.md: not on the Qwen3.5/3.6 path).
+RUN --mount=type=bind,source=docker/engine-assets.sh,target=/tmp/engine-assets.sh \
+    zip="$(bash /tmp/engine-assets.sh fetch kernel /tmp)" \
+    && python3 -m zipfile -e "${zip}" /tmp/sgl-kernel-npu \
     && find /tmp/sgl-kernel-npu -name '*.whl' -print0 | xargs -0 \
         pip install --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
     && site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
@@ -143,7 +165,7 @@ RUN arch="$(uname -m)" \
         if [ -e "${so}" ]; then ln -sf "deep_ep/${so##*/}" "${site}/${so##*/}"; fi; \
     done \
     && python3 -c "import importlib.metadata as m; print('sgl-kernel-npu', m.version('sgl_kernel_npu'))" \
-    && rm -rf /tmp/sgl-kernel-npu "/tmp/${asset}"
+    && rm -rf /tmp/sgl-kernel-npu "${zip}"
 
 # ---------------------------------------------------------------------------------------------
 # The CPU stand-in of stack-npu (ENGINE_FLAVOUR=cpu): the same /opt/venv contract (SGLang at its
@@ -152,8 +174,10 @@ RUN arch="$(uname -m)" \
 FROM base-cpu AS stack-cpu
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TEST_PYTHON_VERSION
-ARG SGLANG_VERSION=0.5.23
-ARG TEST_TORCH_VERSION=2.13.0
+ARG SGLANG_VERSION
+ARG TEST_TORCH_VERSION
+RUN --mount=type=bind,source=docker/require-build-args.sh,target=/tmp/require-build-args.sh \
+    bash /tmp/require-build-args.sh engine.Dockerfile:stack-cpu TEST_PYTHON_VERSION SGLANG_VERSION TEST_TORCH_VERSION
 RUN "python${TEST_PYTHON_VERSION}" -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${TEST_PYTHON_VERSION}', v" \
     && "python${TEST_PYTHON_VERSION}" -m venv "${VIRTUAL_ENV}"
 ENV PATH=/opt/venv/bin:${PATH}
@@ -176,12 +200,15 @@ COPY docker/cpu-standin/ /opt/venv/lib/python${TEST_PYTHON_VERSION}/site-package
 # hadolint ignore=DL3006 # the base is a stage above (stack-npu or stack-cpu), picked by ENGINE_FLAVOUR
 FROM stack-${ENGINE_FLAVOUR} AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG SGLANG_ROUTER_VERSION=0.3.2
+ARG SGLANG_ROUTER_VERSION
 ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG ENGINE_NUMPY_VERSION
 
 ARG ENGINE_FLAVOUR=npu
 
 # sglang-router: the chart's optional cache-aware router runs from this same image.
+RUN --mount=type=bind,source=docker/require-build-args.sh,target=/tmp/require-build-args.sh \
+    bash /tmp/require-build-args.sh engine.Dockerfile:builder SGLANG_ROUTER_VERSION ENGINE_NUMPY_VERSION
 RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt \
         "sglang-router==${SGLANG_ROUTER_VERSION}"
 
@@ -194,7 +221,7 @@ RUN if [ "${ENGINE_FLAVOUR}" = npu ]; then \
         pip uninstall -y triton \
         && pip install --no-cache-dir --no-deps --force-reinstall /opt/triton-ascend/*.whl \
         && rm -rf /opt/triton-ascend \
-        && python3 -c "import importlib.metadata as m, sys; d = {x.metadata['Name'].lower().replace('_', '-') for x in m.distributions()}; print('triton-ascend', m.version('triton-ascend'), 'pybind11', m.version('pybind11')); sys.exit('upstream triton is installed over triton-ascend' if 'triton' in d else None)"; \
+        && python3 -c "import importlib.metadata as m, sys; d = {x.metadata['Name'].lower().replace('_', '-') for x in m.distributions()}; print('triton-ascend', m.version('triton-ascend'), 'pybind11', m.version('pybind11'), 'numpy', m.version('numpy')); sys.exit('upstream triton is installed over triton-ascend' if 'triton' in d else None if m.version('numpy') == '${ENGINE_NUMPY_VERSION}' else 'numpy ' + m.version('numpy') + ' is installed, not ENGINE_NUMPY_VERSION=${ENGINE_NUMPY_VERSION}')"; \
     fi
 
 # ---------------------------------------------------------------------------------------------
@@ -220,18 +247,24 @@ ARG ENGINE_FLAVOUR
 ARG CANN_VERSION
 ARG CHIP
 ARG ENGINE_PYTHON_VERSION
-ARG QWEN_NPU_VERSION=0.1.0
-ARG SGLANG_VERSION=0.5.23
-ARG NPU_TORCH_VERSION=2.10.0
-ARG NPU_TORCHVISION_VERSION=0.25.0
-ARG TORCH_NPU_VERSION=2.10.0.post4
-ARG TRITON_ASCEND_VERSION=3.2.2
-ARG SGL_KERNEL_NPU_VERSION=2026.9.0.post9
-ARG TINI_APT_VERSION=0.19.0-1
+ARG QWEN_NPU_VERSION
+ARG SGLANG_VERSION
+ARG NPU_TORCH_VERSION
+ARG NPU_TORCHVISION_VERSION
+ARG TORCH_NPU_VERSION
+ARG TRITON_ASCEND_VERSION
+ARG SGL_KERNEL_NPU_VERSION
+ARG TINI_APT_VERSION
+ARG CANN_MIN_HDK_VERSION
 # The running user: the Ascend driver's devices belong to the HwHiAiUser group (mode 0660); match
 # these ids to the node's HwHiAiUser (`id HwHiAiUser`) or run as root (docs/images.md).
 ARG NPU_UID=1000
 ARG NPU_GID=1000
+
+RUN --mount=type=bind,source=docker/require-build-args.sh,target=/tmp/require-build-args.sh \
+    bash /tmp/require-build-args.sh engine.Dockerfile:engine CANN_VERSION ENGINE_PYTHON_VERSION \
+        QWEN_NPU_VERSION SGLANG_VERSION NPU_TORCH_VERSION NPU_TORCHVISION_VERSION TORCH_NPU_VERSION \
+        TRITON_ASCEND_VERSION SGL_KERNEL_NPU_VERSION TINI_APT_VERSION CANN_MIN_HDK_VERSION
 
 # tini is PID 1 (signal forwarding, zombie reaping). No build tool is installed in this stage; the
 # C compiler that the CANN base already ships stays, since triton-ascend compiles its kernel
@@ -257,6 +290,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     QWEN_NPU_CANN_ENV_FILE=/usr/local/lib/qwen-npu/cann-env.sh \
     BASH_ENV=/usr/local/lib/qwen-npu/cann-env.sh \
     QWEN_NPU_STATE_DIR=/var/lib/qwen-npu/state \
+    QWEN_NPU_MIN_HDK_VERSION=${CANN_MIN_HDK_VERSION} \
     PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
     STREAMS_PER_DEVICE=32 \
     HCCL_BUFFSIZE=1000 \
@@ -272,7 +306,9 @@ ENV HOME=/var/lib/qwen-npu/home \
     TRITON_CACHE_DIR=/var/lib/qwen-npu/home/.triton/cache
 
 # The build fails here when a patch's targets are gone or changed in the SGLang just installed, when
-# the kernel the scatter patch tunes no longer tiles, or when the .pth hook is missing (the patches
+# the kernel the scatter patch tunes no longer tiles, (npu) when the installed sgl-kernel-npu lacks a
+# module, a name or an op argument SGLang's Qwen3.5/3.6 path uses (qwen_npu.hardware.kernel_contents,
+# read from the files: no NPU), or when the .pth hook is missing (the patches
 # would then never load in the engine's spawned processes). No NPU exists at build time and SGLang
 # cannot be imported beside torch_npu without one, so this is the check that reads the sources
 # (`verify --build`); the entrypoint runs the full `verify --strict` at engine start. (npu) The CANN
@@ -281,9 +317,12 @@ RUN python3 -c "import importlib.metadata as m; v = m.version('sglang'); assert 
     && python3 -c "import glob, sys, sysconfig; p = sysconfig.get_paths()['purelib']; hooks = [f for f in glob.glob(p + '/*.pth') if 'qwen_npu' in open(f).read()]; print('pth hook:', hooks); sys.exit(0 if hooks else 'the qwen-npu .pth hook is missing from ' + p)" \
     && if [ "${ENGINE_FLAVOUR}" = npu ]; then \
         LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ASCEND_HOME_PATH:-/usr/local/Ascend/cann-${CANN_VERSION}}/runtime/lib64/stub" \
-            /usr/local/bin/qwen-npu-entrypoint python3 -c "import triton, triton.backends.ascend; print('triton-ascend backend', triton.__file__)"; \
-    fi \
-    && /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --build --strict
+            /usr/local/bin/qwen-npu-entrypoint python3 -c "import triton, triton.backends.ascend; print('triton-ascend backend', triton.__file__)" \
+        && python3 -m qwen_npu.hardware.kernel_contents \
+        && /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --build --strict --npu; \
+    else \
+        /usr/local/bin/qwen-npu-entrypoint qwen-npu patches verify --build --strict; \
+    fi
 
 # When the stack's Python is not the engine's (the cpu flavour built where no CPU torch wheel for the
 # engine's Python is reachable: make image-engine-cpu), the build check runs again on the engine's

@@ -1,14 +1,17 @@
 # syntax=docker/dockerfile:1
 # The qwen-npu sidecar image: `qwen-npu sidecar` (health probes, /status, qwen_npu_* metrics) beside
-# the engine. No torch, no SGLang: qwen-npu[sidecar] only, pinned by docker/sidecar-constraints.txt.
+# the engine. No torch, no SGLang: qwen-npu[sidecar] only, pinned by pyproject.toml's extra and
+# docker/sidecar-constraints.txt (what the extra pulls in).
 # Non-root, nothing written at run time (read-only root file system), under 200 MB.
 #   make image-sidecar
-# Versions default to docker/versions.env; `make image-sidecar` passes them again from that file.
+# Versions come from docker/versions.env alone: no ARG repeats one as a default; `make image-sidecar`
+# passes each key as --build-arg, and a build without them stops at the base image (its reference
+# then reads `empty-arg-<NAME>-see-docker-versions.env`) or at the stage's first step.
 
-ARG SIDECAR_PYTHON_VERSION=3.11
-ARG SIDECAR_DEBIAN_RELEASE=bookworm
+ARG SIDECAR_PYTHON_VERSION
+ARG SIDECAR_DEBIAN_RELEASE
 
-FROM python:${SIDECAR_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS builder
+FROM python:${SIDECAR_PYTHON_VERSION:-empty-arg-SIDECAR_PYTHON_VERSION-see-docker-versions.env}-slim-${SIDECAR_DEBIAN_RELEASE:-empty-arg-SIDECAR_DEBIAN_RELEASE-see-docker-versions.env} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG PIP_INDEX_URL=https://pypi.org/simple
@@ -26,8 +29,8 @@ RUN python -m pip wheel --index-url "${PIP_INDEX_URL}" --no-deps -w /dist /src \
         -c /src/docker/sidecar-constraints.txt "${wheel}[${EXTRAS}]" \
     && /opt/venv/bin/pip uninstall -y pip setuptools
 
-FROM python:${SIDECAR_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE} AS sidecar
-ARG QWEN_NPU_VERSION=0.1.0
+FROM python:${SIDECAR_PYTHON_VERSION:-empty-arg-SIDECAR_PYTHON_VERSION-see-docker-versions.env}-slim-${SIDECAR_DEBIAN_RELEASE:-empty-arg-SIDECAR_DEBIAN_RELEASE-see-docker-versions.env} AS sidecar
+ARG QWEN_NPU_VERSION
 ARG SIDECAR_PYTHON_VERSION
 ARG SOURCE_URL=unknown
 ARG VCS_REF=unknown
@@ -39,6 +42,8 @@ LABEL org.opencontainers.image.title="qwen-npu-sidecar" \
       org.opencontainers.image.licenses="Apache-2.0" \
       io.qwen-npu.python.version="${SIDECAR_PYTHON_VERSION}"
 
+RUN --mount=type=bind,source=docker/require-build-args.sh,target=/tmp/require-build-args.sh \
+    bash /tmp/require-build-args.sh sidecar.Dockerfile:sidecar QWEN_NPU_VERSION SIDECAR_PYTHON_VERSION
 RUN groupadd --gid 10001 qwen-npu \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin qwen-npu

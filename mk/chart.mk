@@ -21,7 +21,8 @@ export QWEN_NPU_CHART_RENDERS := $(SIM_RENDERS)
 .PHONY: sim-renders
 sim-renders: $(SIM_RENDERS) ## render the chart for the simulator's chart-backed profiles
 
-$(SIM_RENDERS): $(STAMP) $(shell find $(CHART_DIR) qwen_npu/sim/profiles -type f 2>/dev/null)
+$(SIM_RENDERS): $(STAMP) tools/chart/sim_renders.py tools/chart/render.py qwen_npu/sim/chart_engine.py \
+		$(shell find $(CHART_DIR) qwen_npu/sim/profiles -type f 2>/dev/null)
 	@$(BIN)/python -m tools.chart sim-renders --out $@
 
 .PHONY: chart chart-package chart-schema checkov checkov-venv

@@ -6,6 +6,7 @@
 #   make image-sidecar [REGISTRY=...] [TAG=...] [PLATFORM=...]
 #   make push          push both (build them first)
 #   make image-lint    hadolint on both Dockerfiles, shellcheck on every shell script
+#   make image-digests the release downloads' sha256 lines for docker/versions.env (needs github.com)
 # Without a Docker engine the image targets say so in one line and fail (docs/images.md lists what
 # to run on a machine with Docker and an NPU).
 
@@ -36,6 +37,17 @@ ENGINE_BUILD_ARGS = $(call version_build_args,docker/engine.Dockerfile) --build-
 SIDECAR_BUILD_ARGS = $(call version_build_args,docker/sidecar.Dockerfile) \
 	--build-arg SOURCE_URL=$(SOURCE_URL) --build-arg VCS_REF=$(VCS_REF)
 
+# The Dockerfiles' ARG lines carry no default (docker/versions.env is the one source), so an empty
+# key stops the build before Docker starts, naming the key. The release downloads' digests are
+# needed for the architecture and chip being built only (docker/engine-assets.sh names the keys).
+IMAGE_ARCH = $(if $(filter linux/arm64,$(PLATFORM)),aarch64,x86_64)
+ASSET_DIGEST_KEYS = $(shell bash docker/engine-assets.sh key triton $(IMAGE_ARCH) $(CHIP)) \
+	$(shell bash docker/engine-assets.sh key kernel $(IMAGE_ARCH) $(CHIP))
+empty_version_keys = $(foreach k,$(foreach k,$(filter $(VERSION_KEYS),$(call dockerfile_args,$(1))),$(if $(findstring _SHA256_,$(k)),,$(k))) $(2),$(if $($(k)),,$(k)))
+define need_version_keys
+@$(if $(strip $(call empty_version_keys,$(1),$(2))),echo "make $@: $(strip $(call empty_version_keys,$(1),$(2))) empty in docker/versions.env (the Dockerfiles' only source of the build arguments): set $(if $(findstring _SHA256_,$(call empty_version_keys,$(1),$(2))),them (make image-digests prints the *_SHA256_* lines),them)"; exit 2,true)
+endef
+
 # One line and a non-zero exit when no Docker engine answers (no CLI, or no daemon behind it).
 define need_docker
 @$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: no Docker engine answers ('$(DOCKER) info' failed); run it on a machine with Docker, see docs/images.md"; exit 1; }
@@ -45,11 +57,12 @@ define check_platform
 @case " $(IMAGE_PLATFORMS) " in *" $(PLATFORM) "*) ;; *) echo "make $@: PLATFORM=$(PLATFORM) is not one of: $(IMAGE_PLATFORMS); set PLATFORM=linux/amd64 or PLATFORM=linux/arm64"; exit 2;; esac
 endef
 
-.PHONY: image image-sidecar image-fetch push push-fetch image-lint images-wheelhouse
+.PHONY: image image-sidecar image-fetch push push-fetch image-lint images-wheelhouse image-digests
 
 image: ## build the engine image (REGISTRY, TAG, PLATFORM, CHIP=910b|a3)
 	$(check_platform)
 	@case " $(IMAGE_CHIPS) " in *" $(CHIP) "*) ;; *) echo "make $@: CHIP=$(CHIP) is not one of: $(IMAGE_CHIPS); set CHIP=910b (Atlas A2) or CHIP=a3 (Atlas A3)"; exit 2;; esac
+	$(call need_version_keys,docker/engine.Dockerfile,$(ASSET_DIGEST_KEYS))
 	$(need_docker)
 	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --platform $(PLATFORM) -f docker/engine.Dockerfile \
 		$(ENGINE_BUILD_ARGS) -t $(ENGINE_IMAGE) .
@@ -57,6 +70,7 @@ image: ## build the engine image (REGISTRY, TAG, PLATFORM, CHIP=910b|a3)
 
 image-sidecar: ## build the sidecar image (REGISTRY, TAG, PLATFORM)
 	$(check_platform)
+	$(call need_version_keys,docker/sidecar.Dockerfile)
 	$(need_docker)
 	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --platform $(PLATFORM) -f docker/sidecar.Dockerfile \
 		$(SIDECAR_BUILD_ARGS) -t $(SIDECAR_IMAGE) .
@@ -66,6 +80,7 @@ image-sidecar: ## build the sidecar image (REGISTRY, TAG, PLATFORM)
 # modelscope, boto3: too large for the sidecar's 200 MB budget, so an image of its own).
 image-fetch: ## build the fetch image for model.fetch (REGISTRY, TAG, PLATFORM)
 	$(check_platform)
+	$(call need_version_keys,docker/sidecar.Dockerfile)
 	$(need_docker)
 	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --platform $(PLATFORM) -f docker/sidecar.Dockerfile \
 		$(SIDECAR_BUILD_ARGS) --build-arg EXTRAS=sidecar,fetch -t $(FETCH_IMAGE) .
@@ -79,6 +94,17 @@ push: ## push the engine and sidecar images (REGISTRY, TAG, CHIP)
 push-fetch: ## push the fetch image (REGISTRY, TAG; after make image-fetch)
 	$(need_docker)
 	$(DOCKER) push $(FETCH_IMAGE)
+
+# The sha256 of every release download the engine image takes (triton-ascend per architecture,
+# sgl-kernel-npu per chip and architecture), as KEY=value lines to paste into docker/versions.env.
+# It downloads them (about 1 GB): run it where the release pages are reachable, and read the digests
+# against the release page before pasting.
+image-digests: ## print the release downloads' sha256 lines for docker/versions.env (needs github.com)
+	@TRITON_ASCEND_VERSION=$(TRITON_ASCEND_VERSION) SGL_KERNEL_NPU_VERSION=$(SGL_KERNEL_NPU_VERSION) \
+		NPU_TORCH_VERSION=$(NPU_TORCH_VERSION) CANN_VERSION=$(CANN_VERSION) ENGINE_PYTHON_VERSION=$(ENGINE_PYTHON_VERSION) \
+		TRITON_ASCEND_URL=$$(sed -n 's/^ARG TRITON_ASCEND_URL=//p' docker/engine.Dockerfile) \
+		SGL_KERNEL_NPU_URL=$$(sed -n 's/^ARG SGL_KERNEL_NPU_URL=//p' docker/engine.Dockerfile) \
+		bash docker/engine-assets.sh digests
 
 image-lint: $(STAMP) tools-shellcheck ## hadolint both Dockerfiles, shellcheck every shell script
 	$(BIN)/hadolint docker/engine.Dockerfile docker/sidecar.Dockerfile
@@ -94,11 +120,15 @@ SHELL_SCRIPTS = $(shell git ls-files -co --exclude-standard | while read -r f; d
 WHEELHOUSE := .venv-wheels/sidecar
 images-wheelhouse: $(WHEELHOUSE)/.complete
 
+# The sidecar extra's own pins, read from pyproject.toml (their one home; the constraints file holds
+# only what they pull in).
+SIDECAR_EXTRA = $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['sidecar']))")
+
 $(WHEELHOUSE)/.complete: docker/sidecar-constraints.txt pyproject.toml
 	@echo ">> downloading the sidecar's pinned wheels into $(WHEELHOUSE) (once)"
 	@mkdir -p $(WHEELHOUSE)
 	@$(DOWNLOAD_PIP) download -q --progress-bar off -d $(WHEELHOUSE) --only-binary=:all: \
-		-r docker/sidecar-constraints.txt \
+		-r docker/sidecar-constraints.txt $(SIDECAR_EXTRA) \
 		"hatchling==$$(sed -n 's/.*"hatchling==\([^"]*\)".*/\1/p' pyproject.toml)" $(QUIET_PIP)
 	@touch $@
 

@@ -2,7 +2,10 @@
 #   make verify-patches   qwen-npu patches verify --strict against .venv's SGLang (part of make test)
 #   make patches-pth      make sure .venv's site-packages holds the current qwen_npu_patches.pth
 #   make check-wheel-pth  build the wheel, install it --no-deps in a throwaway venv, check the hook
-#   make perf-patches     start-up cost of the .pth hook and the decision time -> out/perf/patches.md
+#   make perf-patches     start-up cost of the .pth hook, the decision time, plain decode's traffic per route -> out/perf/patches.md
+#   make sglang-candidate VERSION=<x> | WHEEL=<path> [REPIN=1]
+#                         what a new SGLang release changes, per patch and GDN contract link
+#   make sglang-snapshot  write the pinned SGLang's sources (the base of sglang-candidate's diffs)
 #
 # On this CPU machine SGLang's Ascend backend imports sgl_kernel_npu; tests/stubs holds a stand-in
 # (the engine image has the real one), hence PYTHONPATH=tests/stubs below.
@@ -18,8 +21,14 @@ patches-pth: $(STAMP)
 		echo ">> reinstalling qwen-npu (editable) so .venv gets the current $(notdir $(PATCHES_PTH))"; \
 		$(PIP) install -q --no-deps -e . $(QUIET_PIP); }
 
-verify-patches: patches-pth ## qwen-npu patches verify --strict against the pinned SGLang in .venv
-	PYTHONPATH=tests/stubs $(BIN)/python -W ignore -m qwen_npu.cli patches verify --strict
+# verify-patches judges the chart's default deployment (VERIFY_PROFILE's engine command line, as the
+# chart renders it: MTP on): strictness follows that mode, as at the engine's start. Off the NPU
+# SGLang binds its own decode kernel, so the MTP-off patch's target is not here: it says so.
+VERIFY_PROFILE ?= qwen3.6-35b-a3b-w8a8
+verify-patches: patches-pth ## qwen-npu patches verify --strict against the pinned SGLang in .venv (the chart's default mode)
+	@args="$$($(BIN)/python -m tools.chart engine-args --profile $(VERIFY_PROFILE))" && \
+	echo "PYTHONPATH=tests/stubs qwen-npu patches verify --strict --engine-args <$(VERIFY_PROFILE), as the chart renders it>" && \
+	eval "PYTHONPATH=tests/stubs $(BIN)/python -W ignore -m qwen_npu.cli patches verify --strict --engine-args $$args"
 
 check-wheel-pth: $(STAMP) ## build the wheel, install it in a throwaway venv, check the .pth hook loads
 	@rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
@@ -37,9 +46,29 @@ check-wheel-pth: $(STAMP) ## build the wheel, install it in a throwaway venv, ch
 	cd /tmp && $(CURDIR)/$(WHEEL_DIR)/venv/bin/qwen-npu ub-plan --value-head-dim 128 \
 		--key-head-dim 128 --dtype float32 --json
 
-perf-patches: patches-pth ## the .pth hook's start-up cost and the 397B decision time (out/perf/patches.md)
+perf-patches: patches-pth ## the .pth hook's start-up cost, the 397B decision time, GDN decode traffic per route (out/perf/patches.md)
 	@mkdir -p $(OUT)/perf
 	$(BIN)/python -m tools.perf.patches --runs $(or $(PERF_RUNS),200) --out $(OUT)/perf/patches.md
 
 TEST_DEPS += patches-pth verify-patches
 PERF_TARGETS += perf-patches
+
+# A new SGLang release: `make sglang-candidate VERSION=<x>` (or WHEEL=<path>) installs it in a venv
+# of its own beside the pinned CPU torch and reports, per patch and per GDN contract link, what it
+# changes against the pinned release (docs/patches.md "When SGLang releases"); REPIN=1 then writes
+# the new pins and moves SGLANG_VERSION, only when the report is green (never in CI). The venv is
+# kept between runs (only SGLang is reinstalled); the report lands in out/sglang-candidate/<x>/.
+CANDIDATE_VENV := .venv-candidate
+# VERSION only as given to this make (release.mk defaults VERSION to the chart's version).
+CANDIDATE_VERSION = $(if $(filter command line environment,$(origin VERSION)),$(VERSION))
+
+.PHONY: sglang-candidate sglang-snapshot
+
+sglang-candidate: $(STAMP) ## what SGLang VERSION=<x> (or WHEEL=<path>) changes, per patch; REPIN=1 moves the pins
+	@test -n "$(CANDIDATE_VERSION)$(WHEEL)" || { echo "make sglang-candidate: pass VERSION=<x> (e.g. 0.5.24) or WHEEL=<path to a wheel>"; exit 2; }
+	$(BIN)/python -m qwen_npu.cli patches candidate \
+		$(if $(WHEEL),--wheel $(WHEEL),--version $(CANDIDATE_VERSION)) \
+		--venv $(CANDIDATE_VENV) --python $(PYTHON) $(if $(filter 1,$(REPIN)),--repin)
+
+sglang-snapshot: $(STAMP) ## write the pinned SGLang's sources, the base of sglang-candidate's diffs
+	$(BIN)/python -m qwen_npu.cli patches snapshot

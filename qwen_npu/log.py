@@ -26,6 +26,8 @@ PREFIX = "qwen_npu"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: Parts whose threshold an environment variable sets (read at the part's first line).
 LEVEL_ENV = {"patches": "QWEN_NPU_PATCH_LOG_LEVEL"}
+#: Parts whose threshold this process has set (``PartLog.logger``'s first use, ``setup``).
+_CONFIGURED: set[str] = set()
 
 
 def quote(value: object) -> str:
@@ -127,20 +129,21 @@ class PartLog:
 
     def __init__(self, part: str) -> None:
         self.part = part
-        self._ready = False
 
     def logger(self) -> logging.Logger:
-        """The part's logger; its threshold from ``LEVEL_ENV`` the first time (INFO otherwise)."""
-        if not self._ready:
+        """The part's logger. The first use in the process sets its threshold (``LEVEL_ENV``'s
+        variable, INFO otherwise); after that the threshold is whatever the process set, so a
+        caller that quiets the part (``logger().setLevel(...)``) quiets every module of it."""
+        if self.part not in _CONFIGURED:
+            _CONFIGURED.add(self.part)
             env = LEVEL_ENV.get(self.part)
             wanted = os.environ.get(env, "INFO").upper() if env else None
-            get_logger(self.part, wanted if wanted in LEVELS else None)
-            self._ready = True
+            return get_logger(self.part, wanted if wanted in LEVELS else None)
         return get_logger(self.part)
 
     def setup(self, level: str, also: Iterable[str] = ()) -> logging.Logger:
         """A process's logging for this part (see ``setup``)."""
-        self._ready = True
+        _CONFIGURED.add(self.part)
         return setup(self.part, level, also)
 
     def __call__(self, level: str, event: str, **fields: object) -> None:

@@ -157,3 +157,52 @@ def test_the_readme_layout_names_every_package_room_and_only_real_ones() -> None
         if p.is_dir() and (p / "__init__.py").is_file()
     )
     assert [room for room in top if room not in listed] == []
+
+
+def lazy_imports_without_a_reason(path: Path) -> list[int]:
+    """Lines of imports inside a function or class of ``path`` with no comment saying why: on the
+    line, above it, above the run of imports it belongs to, or on the ``try:`` that holds it."""
+    text = path.read_text()
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    top = {id(node) for node in tree.body}
+    for node in tree.body:  # `if TYPE_CHECKING:` and `try: import x` at module level are top
+        if isinstance(node, ast.If | ast.Try):
+            top |= {id(inner) for inner in ast.walk(node)}
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    missing = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in top:
+            continue
+        row = node.lineno - 1
+        while row > 0 and (
+            lines[row - 1].strip().startswith(("import ", "from ", ")"))
+            or lines[row - 1].strip() == ""
+            or (lines[row - 1].startswith(" " * 8) and lines[row - 1].strip().endswith(","))
+        ):
+            row -= 1
+        above = lines[row - 1].strip() if row > 0 else ""
+        parent = parents.get(id(node))
+        on_try = isinstance(parent, ast.Try) and "#" in lines[parent.lineno - 1]
+        if "#" not in lines[node.lineno - 1] and not above.startswith("#") and not on_try:
+            missing.append(node.lineno)
+    return missing
+
+
+def test_a_lazy_import_says_why_beside_it() -> None:
+    found = {
+        str(path.relative_to(REPO)): rows
+        for root in (*HOUSE, "fixtures")
+        for path in sorted((REPO / root).rglob("*.py"))
+        if (rows := lazy_imports_without_a_reason(path))
+    }
+    assert found == {}, "imports inside functions without a `# lazy: why` beside them"
+
+
+def test_should_find_a_lazy_import_without_a_reason(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import os\n\n\ndef f():\n    import json\n\n    # lazy: an extra's\n"
+        "    import yaml\n    from x import (\n        a,\n    )\n    import z\n"
+    )
+    assert lazy_imports_without_a_reason(module) == [5]

@@ -70,3 +70,20 @@ def test_level_names_and_the_threshold(capsys: pytest.CaptureFixture[str]) -> No
     assert capsys.readouterr().err == "qwen_npu.thresholdpart level=ERROR event=loud\n"
     assert logger.level == logging.WARNING
     assert log.line("x", "warn", "e", k="a=b") == 'qwen_npu.x level=WARNING event=e k="a=b"'
+
+
+def test_a_part_quieted_once_is_quiet_in_every_module(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two modules of one part each bind their own PartLog: a threshold the process sets through
+    one (as `patches verify` does) holds for the other's first line too, the part's environment
+    variable notwithstanding."""
+    monkeypatch.setitem(log.LEVEL_ENV, "quiet-part", "QWEN_NPU_TEST_PART_LOG_LEVEL")
+    monkeypatch.setenv("QWEN_NPU_TEST_PART_LOG_LEVEL", "INFO")
+    first, second = log.PartLog("quiet-part"), log.PartLog("quiet-part")
+    first.logger().setLevel("CRITICAL")
+    second("warning", "not.shown")
+    first("critical", "shown")
+    assert [fields_of(line)[1]["event"] for line in capsys.readouterr().err.splitlines()] == [
+        "shown"
+    ]

@@ -36,6 +36,10 @@ FP32_STATE_CHIPS: frozenset[str] = frozenset({"ascend950"})
 SAFE_SSM_DTYPE = "bfloat16"
 PREFILL_OP = "torch.ops.npu.chunk_gated_delta_rule"
 VERIFY_OP = "torch.ops.npu.recurrent_gated_delta_rule"
+#: The verify op sizes its buffers for at most this many tokens per request (``MAX_MTP = 8`` in
+#: sgl-kernel-npu's csrc/recurrent_gated_delta_rule): ``--speculative-num-draft-tokens`` above it
+#: overruns them. The chart's schema maximum for ``mtp.numDraftTokens`` is generated from it.
+VERIFY_MAX_DRAFT_TOKENS = 8
 
 
 def normalise(chip: str) -> str | None:

@@ -28,7 +28,7 @@ PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
 SIDECAR_LINES = (
     "qwen_npu_engine_up",
     "qwen_npu_engine_ready",
-    "qwen_npu_spec_accept_length",
+    "qwen_npu_spec_enabled",
     "qwen_npu_canary_runs_total",
 )
 

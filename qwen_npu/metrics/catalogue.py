@@ -28,12 +28,6 @@ CANARY_RESULTS: tuple[str, ...] = ("ok", "degenerated", "golden_mismatch", "erro
 #: The GDN state contract's links (the ledger's, in its order) and their verdicts.
 GDN_LINKS: tuple[str, ...] = tuple(link.name for link in registry.GDN_CONTRACT)
 GDN_VERDICTS: tuple[str, ...] = registry.CONTRACT_VERDICTS
-#: What replaces the sidecar's own acceptance window (the recording rules of
-#: qwen_npu/observability/recording.py; dashboards and alerts read those).
-SPEC_WINDOW_DEPRECATED = (
-    "read the recording rules qwen_npu:spec_accept_length:rate10m and "
-    "qwen_npu:spec_accept_rate:rate10m instead; removed in the next minor release"
-)
 
 HEALTH_PROBE_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30,
@@ -113,6 +107,13 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         labels=("patch", "state"),
     ),
     _g(
+        "patch_used_by_mode",
+        "1 when the engine's mode (MTP on/off, SSM state dtype, draft quantization) runs the code "
+        "the patch fixes, 0 when it does not (a problem with it then does not fail the start), "
+        "NaN when the state file does not say.",
+        labels=("patch",),
+    ),
+    _g(
         "gdn_contract",
         "1 for each GDN state contract link's current verdict (pass, fail, unknown), 0 for the "
         "other two; unknown when the state file does not report the link.",
@@ -156,28 +157,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _g(
         "spec_num_draft_tokens",
         "speculative_num_draft_tokens (draft tokens per verify) from /server_info.",
-    ),
-    MetricSpec(
-        PREFIX + "spec_accept_length",
-        "gauge",
-        "Tokens per verify over the window: delta generation_tokens / delta spec_verify_calls "
-        "(NaN when no verify in the window).",
-        unit="short",
-        deprecated=SPEC_WINDOW_DEPRECATED,
-    ),
-    MetricSpec(
-        PREFIX + "spec_accept_rate",
-        "gauge",
-        "Accepted share of drafts over the window: (accept_length - 1) / (draft tokens - 1).",
-        unit="percentunit",
-        deprecated=SPEC_WINDOW_DEPRECATED,
-    ),
-    MetricSpec(
-        PREFIX + "spec_window_seconds",
-        "gauge",
-        "Length of the sliding window of the spec acceptance metrics.",
-        unit="s",
-        deprecated=SPEC_WINDOW_DEPRECATED,
     ),
     # Output-quality canary.
     MetricSpec(

@@ -2,11 +2,12 @@
 sidecar reports them from the patches' state file.
 
 ``disabled`` and ``upstream-fixed`` are deliberate or harmless states and never page; ``drifted``
-and ``target-missing`` mean the engine runs without a fix it needs, and ``unknown`` (no state file)
-is only a problem once the engine is ready (the patches write the file while it starts). A GDN
-contract link that ``fail``s means a writer and a reader of the SSM state disagree on its dtype or
-layout: garbled output, with nothing crashing; ``unknown`` (a link the engine could not read) is in
-the evidence and on the dashboard, it does not page.
+and ``target-missing`` mean the engine runs without a fix it needs (unless the engine's mode does
+not use the patch: ``qwen_npu_patch_used_by_mode`` 0, docs/patches.md "Strictness by mode"), and
+``unknown`` (no state file) is only a problem once the engine is ready (the patches write the file
+while it starts). A GDN contract link that ``fail``s means a writer and a reader of the SSM state
+disagree on its dtype or layout: garbled output, with nothing crashing; ``unknown`` (a link the
+engine could not read) is in the evidence and on the dashboard, it does not page.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ PATCH_NOT_APPLIED = Alert(
         " (pod {{ $labels.pod }}): the engine runs without that fix."
     ),
     expr=(
-        '(qwen_npu_patch_state{state=~"drifted|target-missing"} == 1)'
+        '((qwen_npu_patch_state{state=~"drifted|target-missing"} == 1)'
         ' or ((qwen_npu_patch_state{state="unknown"} == 1)'
-        " and ignoring (patch, state) (qwen_npu_engine_ready == 1))"
+        " and ignoring (patch, state) (qwen_npu_engine_ready == 1)))"
+        # A patch the engine's mode does not use (MTP on and the decode-layout patch, a bf16
+        # state and the UB plan patch): a warning at start-up and a runbook line, no alert.
+        " unless ignoring (state) (qwen_npu_patch_used_by_mode == 0)"
     ),
 )
 

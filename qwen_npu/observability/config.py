@@ -27,13 +27,13 @@ RUNBOOK_VALUES_PATH: Final = "monitoring.runbookBaseUrl"
 
 
 def chart_threshold_defaults(values_file: Path) -> dict[str, float]:
-    """``monitoring.prometheusRule.thresholds`` of the chart's values.yaml. The startup budget's 0
-    (its deprecated alias unset) means ``engine.startupBudgetSeconds``, as the chart renders it."""
+    """``monitoring.prometheusRule.thresholds`` of the chart's values.yaml, and the startup alert's
+    ``startupBudgetSeconds``: ``engine.startupBudgetSeconds``, the one budget, as the chart renders
+    it."""
     try:
         values = yaml.safe_load(values_file.read_text())
         found = dict(values["monitoring"]["prometheusRule"]["thresholds"])
-        if not found.get("startupBudgetSeconds"):
-            found["startupBudgetSeconds"] = values["engine"]["startupBudgetSeconds"]
+        found["startupBudgetSeconds"] = values["engine"]["startupBudgetSeconds"]
     except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
         raise RuntimeError(
             f"{values_file}: cannot read monitoring.prometheusRule.thresholds ({exc}); run the "

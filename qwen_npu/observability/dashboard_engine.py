@@ -68,7 +68,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Startup elapsed",
         "Seconds from engine start to first ready (frozen once ready), against the budget. "
         "QwenNpuStartupSlow fires above the red line "
-        "(monitoring.prometheusRule.thresholds.startupBudgetSeconds) while still not ready.",
+        "(engine.startupBudgetSeconds, the one startup budget) while still not ready.",
         "s",
         [
             Query(f"qwen_npu_engine_startup_elapsed_seconds{{{SIDECAR}}}", f"elapsed {LEGEND}"),

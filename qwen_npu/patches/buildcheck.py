@@ -183,19 +183,36 @@ def pth_hook_loads(python: str | None = None) -> tuple[bool, str]:
 
 #: The GDN contract's links read from source alone (pool_layout builds SGLang's pool: start only).
 GDN_READABLE = ("prefill_op", "verify_op", "mover", "decode_kernel")
+#: The links that read sgl-kernel-npu's own files: in the NPU image (``--npu``) the real package is
+#: there, so a file it cannot read is a wrong or changed kernel, and fails the build.
+KERNEL_LINKS = ("mover", "decode_kernel")
 
 
-def gdn_readable(site: str | None = None) -> dict[str, dict[str, str]]:
-    """The source-read links of the GDN state contract (``gdn_contract``), without the pool."""
-    try:
-        from qwen_npu.patches import gdn_contract
+def gdn_readable(
+    site: str | None = None, *, npu: bool = False, decode_patch: str | None = None
+) -> dict[str, dict[str, str]]:
+    """The source-read links of the GDN state contract (``gdn_contract``). Without ``npu`` the
+    pool is unknown (it needs SGLang imported); with it, the kernel links are read against the
+    pool SGLang 0.5.23 allocates (contiguous, V-major: ``pool_layout`` proves it at engine start),
+    and ``decode_patch`` (the decode patch's build state) stands for its start-up state."""
+    try:  # lazy, inside the try: whatever its import raises must not stop the build's report
+        from qwen_npu.patches import gdn_contract, kernel_layout
 
-        sources = gdn_contract.Sources(build_pool=None)
+        sources = gdn_contract.Sources(build_pool=None, decode_patch=decode_patch)
         if site is not None:
             sources.sglang_dir = Path(site) / "sglang"
             sources.kernel_dir = Path(site) / "sgl_kernel_npu"
+        pool = gdn_contract.Pool(kernel_layout.V_MAJOR, True) if npu else None
         readers = {name: getattr(gdn_contract, name) for name in GDN_READABLE}
-        return {name: read(sources, None).as_dict() for name, read in readers.items()}
+        found = {name: read(sources, pool).as_dict() for name, read in readers.items()}
+        if npu:
+            for name in KERNEL_LINKS:
+                if found[name]["verdict"] == "unknown":
+                    found[name] = {
+                        "verdict": "fail",
+                        "evidence": f"unreadable in the NPU image: {found[name]['evidence']}",
+                    }
+        return found
     except Exception as exc:  # the contract module changes under its owner: say so, do not stop
         why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         return {
@@ -203,12 +220,16 @@ def gdn_readable(site: str | None = None) -> dict[str, dict[str, str]]:
         }
 
 
-def build_check(site: str | None = None) -> dict[str, Any]:
-    """Every patch's row, the hook check and the readable GDN links; ``ok`` when all hold."""
+def build_check(site: str | None = None, *, npu: bool = False) -> dict[str, Any]:
+    """Every patch's row, the hook check and the readable GDN links; ``ok`` when all hold.
+    ``npu``: the NPU image's build (the real sgl-kernel-npu installed; ``gdn_readable``)."""
     search = None if site is None else [site]
     rows = [check_patch(info, search) for info in PATCHES]
     hook_ok, hook_detail = pth_hook_loads()
-    gdn = gdn_readable(site)
+    decode = next(r for r in rows if r["name"] == "gdn-decode-state-layout")
+    gdn = gdn_readable(
+        site, npu=npu, decode_patch="applied" if decode["state"] == BUILD_OK else decode["state"]
+    )
     ok = (
         hook_ok
         and all(r["state"] == BUILD_OK and r.get("effect") != kernel_tiling.IGNORED for r in rows)
@@ -217,6 +238,7 @@ def build_check(site: str | None = None) -> dict[str, Any]:
     return {
         "ok": ok,
         "mode": "build",
+        "npu": npu,
         "python": ".".join(map(str, sys.version_info[:3])),
         "site": site,
         "patches": rows,

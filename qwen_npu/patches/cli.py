@@ -6,8 +6,16 @@ exist, what state they are in and when each can go (``list``, ``explain``).
 ``verify`` imports SGLang's target modules (slow: about 10 s of SGLang imports) and applies the
 patches exactly as the start-up hook would; ``list`` and ``explain`` import no SGLang code.
 ``verify --build`` is the image build's check: no SGLang import, so it passes on a build host with
-torch_npu and no NPU (``buildcheck``); the image entrypoint runs ``verify --strict --startup`` (one
-line) before the model load, where the NPU is.
+torch_npu and no NPU (``buildcheck``); the image entrypoint runs ``verify --strict --startup
+--engine-args <the engine's flags>`` (one line) before the model load, where the NPU is.
+``candidate`` and ``snapshot`` are the maintainer's loop for a new SGLang release
+(``candidate.run``, ``make sglang-candidate``), run from a checkout, never in the engine.
+
+Strictness follows the engine's mode (``modes``): with ``--engine-args`` (or inside the engine,
+whose ``sys.argv`` is its command line) a patch or GDN contract link the mode does not run is
+still applied and checked, but a problem with it is a warning (the start-up line's
+``unused_problems=``, ``used_by_mode`` in ``--json`` and the state file, the sidecar's
+``qwen_npu_patch_used_by_mode``), not a failure. Without a command line every patch counts.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.log import PartLog
-from qwen_npu.patches import buildcheck, core, gdn_contract, hook, state
+from qwen_npu.patches import buildcheck, core, gdn_contract, hook, modes, state
 from qwen_npu.patches.registry import (
     ENV_DISABLE,
     GDN_CONTRACT,
@@ -95,7 +103,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify_build(args: argparse.Namespace) -> int:
-    report = buildcheck.build_check(args.site)
+    report = buildcheck.build_check(args.site, npu=args.npu)
     rows = report["patches"]
     bad = [r for r in rows if r["state"] != buildcheck.BUILD_OK]
     idle = [r for r in rows if r.get("effect") == "ignored"]
@@ -127,12 +135,33 @@ def _cmd_verify_build(args: argparse.Namespace) -> int:
     return 1 if (args.strict and not report["ok"]) else 0
 
 
-def _startup_line(rows: list[dict[str, Any]], bad: list[dict[str, Any]], unknown: list[str]) -> str:
+#: What to do about a problem with a patch or link the engine's mode does not use.
+NEXT_UNUSED = (
+    "the mode does not run this code, so the pod starts; fix it before switching mode "
+    "(docs/runbook.md QwenNpuPatchNotApplied, docs/patches.md 'Strictness by mode')"
+)
+
+
+def _startup_line(
+    rows: list[dict[str, Any]],
+    bad: list[dict[str, Any]],
+    unknown: list[str],
+    unused: list[str] | None = None,
+    mode: modes.Mode | None = None,
+) -> str:
     """The one line the entrypoint prints before the model load (logfmt, the patches' shape)."""
     states = ",".join(f"{r['name']}={r['state']}" for r in rows)
+    said = f' mode="{mode.describe()}"' if mode is not None else ""
     if not (bad or unknown):
+        if unused:
+            return (
+                f"qwen_npu.patches level=warning event=verify_passed patches={len(rows)} "
+                f'states="{states}"{said} unused_problems="{",".join(unused)}" '
+                f'next="{NEXT_UNUSED}"'
+            )
         return (
-            f'qwen_npu.patches level=info event=verify_passed patches={len(rows)} states="{states}"'
+            f"qwen_npu.patches level=info event=verify_passed patches={len(rows)} "
+            f'states="{states}"{said}'
         )
     failed = ",".join(f"{r['name']}={r['state']}" for r in bad) or "none"
     why = "; ".join(f"{r['name']}: {r['detail']}" for r in bad)
@@ -156,14 +185,32 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         logger.setLevel("CRITICAL")  # one line, below
     elif "QWEN_NPU_PATCH_LOG_LEVEL" not in os.environ:
         logger.setLevel("WARNING")  # the table says what the INFO lines would
+    mode = modes.current()
+    if args.engine_args is not None:
+        mode = modes.from_argv(args.engine_args, os.environ)
+    sources = gdn_contract.Sources(argv=args.engine_args) if args.engine_args else None
     try:
-        rows = verify_all()
-        contract = gdn_contract.check()
+        # the mode also goes into the state file's used_by_mode, written while applying
+        with modes.overridden(mode):
+            rows = verify_all()
+        contract = gdn_contract.check(sources)
     finally:
         logger.setLevel(level)
-    broken, accepted = gdn_contract.strict_problems(contract)
-    bad = [r for r in rows if r["state"] not in OK_STATES]
-    idle = [r for r in rows if r["state"] == "applied" and r.get("effect") == "ignored"]
+    for row in rows:
+        row["used_by_mode"] = None if mode is None else modes.uses(get_patch(row["name"]), mode)
+    broken, accepted = gdn_contract.strict_problems(contract, mode)
+    unused_links = gdn_contract.unused_problems(contract, mode)
+    problems = [
+        r
+        for r in rows
+        if r["state"] not in OK_STATES or (r["state"] == "applied" and r.get("effect") == "ignored")
+    ]
+    unused = [r for r in problems if r["used_by_mode"] is False]
+    bad = [r for r in problems if r not in unused and r["state"] not in OK_STATES]
+    idle = [r for r in problems if r not in unused and r["state"] in OK_STATES]
+    unused_names = [f"{r['name']}={r['state']}" for r in unused] + [
+        f"gdn_contract.{n}={contract[n].verdict}" for n in unused_links
+    ]
     _, unknown = disabled_patches(os.environ)
     if args.startup:
         failing = (
@@ -174,7 +221,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 for n in broken
             ]
         )
-        print(_startup_line(rows, failing, unknown), flush=True)
+        print(_startup_line(rows, failing, unknown, unused_names, mode), flush=True)
         return 1 if (failing or unknown) else 0
     if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
         known = ", ".join(p.name for p in PATCHES)
@@ -189,6 +236,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 {
                     "ok": not (bad or idle or unknown or broken),
                     "strict": args.strict,
+                    "mode": None if mode is None else mode.as_dict(),
+                    "unused_problems": unused_names,
                     "patches": rows,
                     "gdn_contract": gdn_contract.as_json(contract),
                 },
@@ -197,6 +246,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
     else:
         _print_table(rows)
+        missing = _missing_stack(rows, contract)
+        if missing:
+            print(missing, file=sys.stderr)
         for r in bad:
             print(f"{r['name']}: {r['state']}: next: {core.NEXT_STEP[r['state']]}", file=sys.stderr)
         for r in idle:
@@ -205,8 +257,37 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         _print_contract(contract)
+    for name in unused_names:
+        print(
+            f"{name}: not used by this mode ({mode.describe() if mode else ''}): next: "
+            f"{NEXT_UNUSED}",
+            file=sys.stderr,
+        )
     _explain_contract(contract, broken, accepted)
     return 1 if (args.strict and (bad or idle or unknown or broken)) else 0
+
+
+#: What SGLang's NPU modules import that a CPU environment lacks, and where each comes from.
+_STACK = {
+    "torchvision": "torchvision (SGLang's model code imports it; the CPU test venv has none)",
+    "sgl_kernel_npu": "sgl_kernel_npu (sgl-kernel-npu's release wheels: NPU images only)",
+    "torch_npu": "torch_npu (Ascend's torch: NPU images only)",
+}
+
+
+def _missing_stack(rows: list[dict[str, Any]], contract: dict[str, gdn_contract.Verdict]) -> str:
+    """One line when SGLang's modules did not import here for want of a package: the states above
+    are then this environment's, not the pinned SGLang's, and the line says where to look."""
+    texts = [str(r.get("detail", "")) for r in rows] + [v.evidence for v in contract.values()]
+    lacking = [what for name, what in _STACK.items() if any(f"'{name}'" in t for t in texts)]
+    if not lacking:
+        return ""
+    return (
+        f"qwen-npu patches verify: this environment lacks {'; '.join(lacking)}, so SGLang's "
+        "modules do not import and the states above are this environment's; next: `make "
+        "verify-patches` (the pinned SGLang with the CPU stand-ins) or `qwen-npu patches verify "
+        "--build` in the engine image (the real stack)"
+    )
 
 
 def _print_contract(contract: dict[str, gdn_contract.Verdict]) -> None:
@@ -287,14 +368,29 @@ def _parser() -> argparse.ArgumentParser:
         "--site", metavar="DIR", help="with --build: read SGLang's sources from this site-packages"
     )
     ver.add_argument(
+        "--npu",
+        action="store_true",
+        help="with --build: the NPU image (real sgl-kernel-npu): an unreadable kernel link fails",
+    )
+    ver.add_argument(
         "--startup",
         action="store_true",
         help="strict, one log line (the entrypoint's check before the model load)",
+    )
+    ver.add_argument(
+        "--engine-args",
+        nargs=argparse.REMAINDER,
+        metavar="ARG",
+        help="last: the engine's command line; strictness follows its mode (MTP, state dtype)",
     )
     ver.set_defaults(func=_cmd_verify)
     ex = sub.add_parser("explain", help="what a patch does, why, and when to remove it")
     ex.add_argument("name")
     ex.set_defaults(func=_cmd_explain)
+    # lazy: the candidate verbs load for them alone (`patches verify` at start-up stays light)
+    from qwen_npu.patches.candidate.run import add_parsers
+
+    add_parsers(sub)  # candidate, snapshot
     return p
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from qwen_npu.log import PartLog
+from qwen_npu.patches import modes
 from qwen_npu.patches import state as state_file
 from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo, disable_requests
 
@@ -50,7 +51,8 @@ NEXT_STEP: dict[str, str] = {
     "upstream-fixed": "nothing; the installed SGLang no longer needs this patch, drop it",
     "drifted": (
         "the installed SGLang differs from the release this patch was written for; pin "
-        "SGLANG_VERSION in docker/versions.env back, or port the patch and its fingerprint"
+        "SGLANG_VERSION in docker/versions.env back, or port the patch and its fingerprint "
+        "(make sglang-candidate VERSION=<x> says what changed)"
     ),
     "target-missing": (
         "check that SGLang (and sgl-kernel-npu for the NPU backend) is installed and importable"
@@ -128,9 +130,20 @@ def record(info: PatchInfo, state: str, detail: str, effect: str | None = None) 
     """Keep, log and (when configured) persist one patch's outcome."""
     outcome = Outcome(info.name, state, info.target, detail, effect)
     OUTCOMES[info.name] = outcome
+    mode = modes.current()
+    used = None if mode is None else modes.uses(info, mode)
     fields: dict[str, object] = {"effect": effect} if effect is not None else {}
+    level = "warning" if outcome.without_effect else _LEVEL.get(state, "warning")
+    nxt = NEXT_WITHOUT_EFFECT if outcome.without_effect else NEXT_STEP.get(state)
+    if used is False:
+        # The engine's mode does not run the code this patch fixes (modes): a problem with it is
+        # a warning, not an error, and says so.
+        fields["used_by_mode"] = False
+        if level == "error":
+            level = "warning"
+            nxt = f"{nxt}; this mode ({mode.describe() if mode else ''}) does not use the patch"
     log(
-        "warning" if outcome.without_effect else _LEVEL.get(state, "warning"),
+        level,
         "patch." + state.replace("-", "_"),
         patch=info.name,
         state=state,
@@ -138,9 +151,11 @@ def record(info: PatchInfo, state: str, detail: str, effect: str | None = None) 
         detail=detail,
         pid=os.getpid(),
         **fields,
-        next=NEXT_WITHOUT_EFFECT if outcome.without_effect else NEXT_STEP.get(state),
+        next=nxt,
     )
-    state_file.write_patch_state(info.name, state, target=info.target, detail=detail, effect=effect)
+    state_file.write_patch_state(
+        info.name, state, target=info.target, detail=detail, effect=effect, used_by_mode=used
+    )
     return outcome
 
 
@@ -400,6 +415,12 @@ class Once(Generic[T]):
                     effect=self._effect,
                 )
             return self._outcome
+
+    def behaviour(self) -> Probe:
+        """The behaviour probe alone, on the target as it loads now, recording nothing
+        (``qwen-npu patches candidate`` reports it beside the state); raises what they raise."""
+        load, probe, _, _ = self._steps
+        return probe(load())
 
     def forget(self) -> None:
         self._outcome = None

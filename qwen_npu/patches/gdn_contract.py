@@ -23,7 +23,9 @@ file; ``qwen-npu patches verify`` shows the same object.
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
+import inspect
 import logging
 import os
 import sys
@@ -32,9 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.checkpoint import model_config
 from qwen_npu.hardware import chips
 from qwen_npu.log import PartLog
-from qwen_npu.patches import kernel_layout
+from qwen_npu.patches import kernel_layout, modes
+from qwen_npu.patches.core import OUTCOMES, swapped
 from qwen_npu.patches.registry import GDN_CONTRACT
 from qwen_npu.patches.state import write_gdn_contract
 
@@ -116,6 +120,7 @@ def sglang_mamba_pool(
     """SGLang's real MambaPool for GDN layers of ``heads`` value heads (one key head) and a
     ``V x K`` state, allocated on CPU by its NPU branch (``memory_pool._is_npu`` set while it is
     built); with ``draft`` the speculative buffers are there too."""
+    # lazy: the .pth hook runs in every engine process: SGLang loads when a check reads it
     import torch
     from sglang.srt.configs.mamba_utils import (
         Mamba2CacheParams,
@@ -123,8 +128,6 @@ def sglang_mamba_pool(
         Mamba2StateShape,
     )
     from sglang.srt.mem_cache import memory_pool
-
-    from qwen_npu.patches.core import swapped
 
     shape = Mamba2StateShape.create(
         tp_world_size=1,
@@ -160,8 +163,8 @@ def sglang_mamba_pool(
 
 def build_sglang_pool() -> tuple[Any, Any, list[Any], str]:
     """The tiny pool of the check (V != K), with its speculative buffers, and where it is made."""
-    import inspect
 
+    # lazy: the .pth hook runs in every engine process: SGLang loads when a check reads it
     import torch
     from sglang.srt.mem_cache import memory_pool
 
@@ -233,7 +236,6 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
 
 def _backend_calls(sources: Sources) -> tuple[list[tuple[int, str]], str] | str:
     """Every call in AscendGDNAttnBackend as (line, callee), and the file; or why not."""
-    import ast
 
     if sources.sglang_dir is None:
         return "no sglang package on sys.path"
@@ -350,8 +352,6 @@ def mover(sources: Sources, pool: Pool | None) -> Verdict:
 def _decode_patch_state(sources: Sources) -> str:
     if sources.decode_patch is not None:
         return sources.decode_patch
-    from qwen_npu.patches.core import OUTCOMES
-
     outcome = OUTCOMES.get(DECODE_PATCH)
     return outcome.state if outcome is not None else "not applied in this process"
 
@@ -400,8 +400,6 @@ def _flag(argv: Sequence[str], *names: str) -> str | None:
 
 
 def ssm_dtype(sources: Sources) -> Verdict:
-    from qwen_npu.checkpoint import model_config
-
     env = sources.environ
     argv = sources.argv
     raw_chip = env.get(chips.ENV_CHIP, "")
@@ -482,16 +480,33 @@ def as_json(verdicts: Mapping[str, Verdict]) -> dict[str, dict[str, str]]:
     return {name: v.as_dict() for name, v in verdicts.items()}
 
 
-def strict_problems(verdicts: Mapping[str, Verdict]) -> tuple[list[str], list[str]]:
-    """(links that fail ``--strict``, unknown links the ledger accepts), by name."""
+def strict_problems(
+    verdicts: Mapping[str, Verdict], mode: modes.Mode | None = None
+) -> tuple[list[str], list[str]]:
+    """(links that fail ``--strict``, unknown links the ledger accepts), by name. A link the
+    engine's ``mode`` does not run (``modes.link_used``) never fails: see ``unused_problems``."""
     failing, accepted = [], []
     for link in GDN_CONTRACT:
         verdict = verdicts.get(link.name, Verdict(UNKNOWN, "not checked")).verdict
+        if not modes.link_used(link, mode):
+            continue
         if verdict == FAIL or (verdict == UNKNOWN and link.unknown_fails_strict):
             failing.append(link.name)
         elif verdict == UNKNOWN:
             accepted.append(link.name)
     return failing, accepted
+
+
+def unused_problems(verdicts: Mapping[str, Verdict], mode: modes.Mode | None) -> list[str]:
+    """Links that fail (or cannot be read where that fails --strict) but that ``mode`` does not
+    run: a warning, not a failed start."""
+    found = []
+    for link in GDN_CONTRACT:
+        verdict = verdicts.get(link.name, Verdict(UNKNOWN, "not checked")).verdict
+        bad = verdict == FAIL or (verdict == UNKNOWN and link.unknown_fails_strict)
+        if bad and not modes.link_used(link, mode):
+            found.append(link.name)
+    return found
 
 
 NEXT = {

@@ -24,6 +24,22 @@ ENV_DISABLE = "QWEN_NPU_DISABLE_PATCHES"
 
 
 @dataclass(frozen=True)
+class Serves:
+    """The engine modes whose code a patch fixes (``modes.uses`` reads it).
+
+    ``mtp``: the MTP settings it acts under; ``state_dtypes``: the SSM state dtypes it changes
+    anything for (None: every dtype); ``inherited_draft_only``: it fixes the MTP draft only while
+    the draft inherits the target's quantization (``--speculative-draft-model-quantization
+    unquant`` builds the draft without the ModelSlim config, so the patch is a fallback then).
+    """
+
+    mtp: tuple[bool, ...] = (True, False)
+    state_dtypes: tuple[str, ...] | None = None
+    inherited_draft_only: bool = False
+    why: str = "every mode runs the code it fixes"
+
+
+@dataclass(frozen=True)
 class PatchInfo:
     """A ledger entry: what is changed, why, where it is fixed upstream, when to drop it."""
 
@@ -32,6 +48,7 @@ class PatchInfo:
     why: str
     upstream_pr: str
     remove_when: str
+    serves: Serves = Serves()
 
     @property
     def module(self) -> str:
@@ -54,6 +71,14 @@ PATCHES: tuple[PatchInfo, ...] = (
             "SGLang's get_quant_method returns None for an all-FLOAT FusedMoE layer (the patch "
             "then reports upstream-fixed)."
         ),
+        serves=Serves(
+            mtp=(True,),
+            inherited_draft_only=True,
+            why=(
+                "the all-FLOAT fused-MoE layer of these checkpoints is the MTP draft's, built "
+                "with the target's ModelSlim config only while the draft inherits --quantization"
+            ),
+        ),
     ),
     PatchInfo(
         name="mtp-modelslim-unquant",
@@ -68,6 +93,14 @@ PATCHES: tuple[PatchInfo, ...] = (
         remove_when=(
             "SGLang's _mtp_quant_config returns None for a ModelSlim config whose mtp.* entries "
             "are all FLOAT (the patch then reports upstream-fixed)."
+        ),
+        serves=Serves(
+            mtp=(True,),
+            inherited_draft_only=True,
+            why=(
+                "the draft is built only with MTP on; with --speculative-draft-model-quantization "
+                "unquant SGLang itself drops the draft's quant config on NPU"
+            ),
         ),
     ),
     PatchInfo(
@@ -87,6 +120,15 @@ PATCHES: tuple[PatchInfo, ...] = (
             "SGLang passes h_block_size to move_intermediate_cache itself (the patch then reports "
             "upstream-fixed), or sgl-kernel-npu's default fits the UB for every state shape."
         ),
+        serves=Serves(
+            mtp=(True,),
+            state_dtypes=("float32", "float16"),
+            why=(
+                "the scatter runs after MTP verify only; at a bf16 128x128 state (every Qwen3.5/"
+                "3.6 shape) the plan is the kernel's default h_block_size 2: fp32 states "
+                "(Ascend950) and wider ones need it"
+            ),
+        ),
     ),
     PatchInfo(
         name="gdn-decode-state-layout",
@@ -96,14 +138,23 @@ PATCHES: tuple[PatchInfo, ...] = (
             "sgl-kernel-npu's Triton kernel fused_sigmoid_gating_delta_rule_update_decode_npu, "
             "which addresses the SSM state K-major (k*V + v) while SGLang's pool and the AscendC "
             "prefill and verify ops hold it V-major (v*K + k); with V = K = 128 nothing fails and "
-            "the state is read and written transposed (wrong text). The patch hands the kernel "
-            "the batch's states as a K-major copy and writes them back V-major."
+            "the state is read and written transposed (wrong text). The patch runs SGLang's "
+            "decode with qwen-npu's V-major Triton kernel on the pool in place (the default), or "
+            "with QWEN_NPU_GDN_DECODE_ROUTE=copy hands the upstream kernel the batch's states as "
+            "a K-major copy and writes them back V-major."
         ),
         upstream_pr=UPSTREAM_PR,
         remove_when=(
             "The installed decode kernel addresses the state V-major (sgl-kernel-npu issue #640; "
             "the patch then reports upstream-fixed), or SGLang's TritonGDNKernel.decode hands it "
             "a K-major state itself."
+        ),
+        serves=Serves(
+            mtp=(False,),
+            why=(
+                "under NEXTN the target's GDN layers run extend and target-verify only; the Triton "
+                "decode kernel runs only without speculation"
+            ),
         ),
     ),
 )
@@ -123,6 +174,8 @@ class ContractLink:
     what: str
     unknown_fails_strict: bool
     unknown_why: str
+    #: The MTP settings whose code the link reads (``modes.link_used``).
+    serves_mtp: tuple[bool, ...] = (True, False)
 
 
 #: The links, in the order of ``gdn_contract`` everywhere (verify, log, state file, sidecar).
@@ -147,6 +200,7 @@ GDN_CONTRACT: tuple[ContractLink, ...] = (
         "V-major, bf16 state only) against the pool's order",
         True,
         "it reads SGLang's own source",
+        (True,),
     ),
     ContractLink(
         "mover",
@@ -154,6 +208,7 @@ GDN_CONTRACT: tuple[ContractLink, ...] = (
         "with a transposed pool view: sgl-kernel-npu #748's pair)",
         True,
         "it reads sgl-kernel-npu's Python source, which the image installs",
+        (True,),
     ),
     ContractLink(
         "decode_kernel",
@@ -161,6 +216,7 @@ GDN_CONTRACT: tuple[ContractLink, ...] = (
         "gdn-decode-state-layout when it is K-major)",
         False,
         "only an NPU image has the Triton decode kernel's file; a CPU check says what is missing",
+        (False,),
     ),
     ContractLink(
         "ssm_dtype",

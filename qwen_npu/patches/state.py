@@ -23,9 +23,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from qwen_npu import __version__
 from qwen_npu.log import PartLog
 
 log = PartLog("patches")
@@ -42,8 +44,6 @@ def state_dir_from_env() -> Path | None:
 
 def _sglang_version() -> str | None:
     try:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             return version("sglang")
         except PackageNotFoundError:
@@ -53,8 +53,6 @@ def _sglang_version() -> str | None:
 
 
 def _empty() -> dict[str, Any]:
-    from qwen_npu import __version__
-
     return {
         "schema_version": SCHEMA_VERSION,
         "updated_at": None,
@@ -137,12 +135,15 @@ def write_patch_state(
     target: str,
     detail: str = "",
     effect: str | None = None,
+    used_by_mode: bool | None = None,
     state_dir: str | Path | None = None,
 ) -> Path | None:
     """Record one patch's state (merged with the other patches' and processes' entries).
 
     ``effect`` (only for a patch that can tell, and only when given) says whether the applied
     patch changes anything: ``tiles`` / ``ignored`` / ``unknown`` for mamba-scatter-ub-aware.
+    ``used_by_mode`` (when the process knows its engine mode: ``modes``) says whether that mode
+    runs the code the patch fixes; a problem with an unused patch does not fail the start.
     """
 
     def update(data: dict[str, Any]) -> None:
@@ -155,6 +156,8 @@ def write_patch_state(
         }
         if effect is not None:
             entry["effect"] = effect
+        if used_by_mode is not None:
+            entry["used_by_mode"] = used_by_mode
         data["patches"][name] = entry
 
     return _merge(state_dir, update)

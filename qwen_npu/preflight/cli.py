@@ -97,13 +97,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"{chips.DEFAULT_CHIP}); a float32 SSM state works only on ascend950",
     )
     p.add_argument(
-        "--cuda-graph-bs-decode",
-        dest="cuda_graph_bs",
-        type=_positive_int,
-        default=None,
-        help=argparse.SUPPRESS,  # deprecated: preflight no longer builds a command line
-    )
-    p.add_argument(
         "--check-shards",
         action="store_true",
         help="also read every shard's safetensors header: truncated copies, missing tensors, "
@@ -184,12 +177,6 @@ def _bad_input(message: str, as_json: bool) -> int:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.cuda_graph_bs is not None:
-        print(
-            f"{PROG}: note: --cuda-graph-bs-decode is deprecated and ignored (preflight builds no "
-            "command line; the chart renders it: engine.graphBatchSizes)",
-            file=sys.stderr,
-        )
     model_dir = args.model_dir
     try:
         model_dir, options = _options(args)
@@ -205,6 +192,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(report.as_dict(), sort_keys=True))
     else:
+        # lazy: a verb loads only what it runs (--help and bad flags stay instant)
         from qwen_npu.preflight.render import render
 
         print(render(report))

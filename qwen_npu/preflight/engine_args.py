@@ -4,12 +4,13 @@ Why this exists: the chart is the one builder of the engine's command line. Its 
 container gets that rendered line (``qwen-npu preflight --engine-args <the engine's args>``), and
 this module reads from it what the verdict depends on: the checkpoint (``--model-path``), the TP
 (``--tp-size``), the SSM state dtype (``--mamba-ssm-dtype``), speculative decoding
-(``--speculative-algorithm``), the quantization (``--quantization``) and the static memory share
-(``--mem-fraction-static``). The names, aliases and choices are SGLang 0.5.23's
-(``sglang.srt.server_args.ServerArgs.add_cli_args``; a test parses every rendered line with both
-and compares). Every other flag is SGLang's business and is passed over. As in SGLang's parser, a
-repeated flag keeps its last value and ``--flag=value`` works; abbreviations are not read here
-(the chart rejects them in ``engine.extraArgs``).
+(``--speculative-algorithm``), its draft count (``--speculative-num-draft-tokens``) and
+quantization (``--speculative-draft-model-quantization``), the
+quantization (``--quantization``) and the static memory share (``--mem-fraction-static``). The
+names, aliases and choices are SGLang 0.5.23's (``sglang.srt.server_args.ServerArgs.add_cli_args``;
+a test parses every rendered line with both and compares). Every other flag is SGLang's business and
+is passed over. As in SGLang's parser, a repeated flag keeps its last value and ``--flag=value``
+works; abbreviations are not read here (the chart rejects them in ``engine.extraArgs``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class EngineSettings:
     speculative_algorithm: str | None
     quantization: str | None
     mem_fraction_static: float | None
+    num_draft_tokens: int | None = None
+    draft_quantization: str | None = None
 
     @property
     def mtp(self) -> bool:
@@ -52,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-algorithm", dest="speculative_algorithm")
     p.add_argument("--quantization", dest="quantization")
     p.add_argument("--mem-fraction-static", dest="mem_fraction_static", type=float)
+    p.add_argument("--speculative-num-draft-tokens", dest="num_draft_tokens", type=int)
+    p.add_argument("--speculative-draft-model-quantization", dest="draft_quantization")
     return p
 
 
@@ -75,4 +80,6 @@ def read_engine_args(args: Sequence[str]) -> EngineSettings:
         speculative_algorithm=parsed.speculative_algorithm,
         quantization=parsed.quantization,
         mem_fraction_static=fraction,
+        num_draft_tokens=parsed.num_draft_tokens,
+        draft_quantization=parsed.draft_quantization,
     )

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_npu.checkpoint.model_config import SSM_DTYPE_ENV, ModelConfig
-from qwen_npu.hardware import chips
+from qwen_npu.hardware import chips, driver
 from qwen_npu.patches import registry
 from qwen_npu.preflight import memory as mem
 from qwen_npu.preflight import parallel, shards
 from qwen_npu.preflight import quant as qnt
-from qwen_npu.preflight.checkpoint import Checkpoint, load_checkpoint
+from qwen_npu.preflight.checkpoint import Checkpoint, InputError, load_checkpoint
 from qwen_npu.preflight.engine_args import read_engine_args
 from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
 
@@ -50,6 +50,8 @@ class Options:
     #: rendered one; None when run by hand with its own flags.
     engine_args: tuple[str, ...] | None = None
     quantization: str | None = None  # the engine's --quantization (engine_args only)
+    num_draft_tokens: int | None = None  # the engine's --speculative-num-draft-tokens
+    draft_quantization: str | None = None  # its --speculative-draft-model-quantization
 
     @classmethod
     def from_engine_args(
@@ -72,6 +74,8 @@ class Options:
             chip=chip,
             engine_args=tuple(engine_args),
             quantization=e.quantization,
+            num_draft_tokens=e.num_draft_tokens,
+            draft_quantization=e.draft_quantization,
         )
         return e.model_path, options
 
@@ -420,4 +424,44 @@ def run_preflight(
     _ssm_state_findings(report)
     _quantization_findings(report)
     _mtp_and_ub_findings(report)
+    _draft_token_findings(report)
+    _driver_findings(report, env)
     return report
+
+
+def _draft_token_findings(report: Report) -> None:
+    opts = report.options
+    if opts.mtp and opts.draft_quantization == "unquant" and report.quant.mtp_all_float is False:
+        report.findings.append(
+            finding(
+                "draft-unquant-quantized-mtp",
+                BLOCKING,
+                "--speculative-draft-model-quantization unquant builds the MTP draft without any "
+                "quant config, but this checkpoint's mtp.* entries are quantized: the draft's "
+                'weights would not load. Set mtp.draftQuantization to "" (the draft then '
+                "inherits --quantization modelslim)",
+            )
+        )
+    drafts, limit = opts.num_draft_tokens, chips.VERIFY_MAX_DRAFT_TOKENS
+    if report.options.mtp and drafts is not None and drafts > limit:
+        report.findings.append(
+            finding(
+                "draft-tokens-over-limit",
+                BLOCKING,
+                f"--speculative-num-draft-tokens {drafts} is more than the AscendC verify op's "
+                f"{limit} (MAX_MTP): its buffers overrun at the first verify. Set "
+                f"mtp.numDraftTokens to {limit} or fewer",
+            )
+        )
+
+
+def _driver_findings(report: Report, env: Mapping[str, str]) -> None:
+    """The node's driver against the image's HDK minimum (hardware/driver.py)."""
+    try:
+        result = driver.check(env)
+    except ValueError as exc:
+        raise InputError(f"{exc}; it is the engine image's, set from docker/versions.env") from exc
+    if result.state == driver.UNSUPPORTED:
+        report.findings.append(finding("driver-unsupported", BLOCKING, result.message))
+    elif result.state == driver.UNKNOWN:
+        report.findings.append(finding("driver-not-checked", INFO, result.message))

@@ -128,10 +128,6 @@ def status_document(monitor: Monitor) -> dict[str, Any]:
             "algorithm": info.spec_algorithm(),
             "num_steps": finite(info.spec_number("speculative_num_steps")),
             "num_draft_tokens": finite(draft_tokens),
-            "window_s": settings.spec_window_s,
-            "window_covered_s": round(monitor.spec.span_s(), 3),
-            "accept_length": finite(monitor.spec.accept_length()),
-            "accept_rate": finite(monitor.spec.accept_rate(draft_tokens)),
             "server_info": info.server_info_view(),
         },
         "canary": {

@@ -38,7 +38,6 @@ from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine import EngineErrors
 from qwen_npu.sidecar.health import HealthProbe, HealthTracker
 from qwen_npu.sidecar.info import InfoReader
-from qwen_npu.sidecar.spec_window import SpecWindow
 from qwen_npu.sidecar.ub import UbStats
 
 
@@ -53,7 +52,6 @@ class Readings(Protocol):
     info: InfoReader
     canary: CanaryRunner
     errors: EngineErrors
-    spec: SpecWindow
     ub_predicted: UbStats
 
 
@@ -112,6 +110,7 @@ class SidecarCollector(Collector):
             "engine_restarts_total": _one(h.restarts),
             "engine_errors_total": [((k,), float(n)) for k, n in m.errors.counts.items()],
             "patch_state": _states(info.patch_states(), PATCH_STATES),
+            "patch_used_by_mode": [((n,), v) for n, v in info.patch_used().items()],
             "gdn_contract": _states(info.gdn_verdicts(), GDN_VERDICTS),
             "ub_plan_known": [((s,), float(ub[s].known)) for s in UB_SOURCES],
             "ub_budget_bytes": [((s,), ub[s].ub_bytes) for s in UB_SOURCES],
@@ -124,11 +123,6 @@ class SidecarCollector(Collector):
             "spec_enabled": _one(info.spec_enabled()),
             "spec_num_steps": _one(info.spec_number("speculative_num_steps")),
             "spec_num_draft_tokens": _one(info.spec_number("speculative_num_draft_tokens")),
-            "spec_accept_length": _one(m.spec.accept_length()),
-            "spec_accept_rate": _one(
-                m.spec.accept_rate(info.spec_number("speculative_num_draft_tokens"))
-            ),
-            "spec_window_seconds": _one(m.settings.spec_window_s),
             "canary_runs_total": [((r,), float(n)) for r, n in canary.runs.items()],
             "canary_degeneration_score": _one(
                 math.nan if scored is None else scored.degeneration_score

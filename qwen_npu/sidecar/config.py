@@ -106,13 +106,6 @@ class Settings(BaseSettings):
         8 * 1024 * 1024, ge=1024, description="Largest engine response read; more is an error."
     )
 
-    # Speculative decoding (deprecated with the metrics it feeds: see catalogue.py).
-    spec_window_s: EnvOnly[float] = Field(
-        300.0,
-        gt=0,
-        description="Sliding window of the deprecated qwen_npu_spec_accept_length and _rate.",
-    )
-
     # Output-quality canary.
     canary_interval_s: EnvOnly[float] = Field(
         60.0, ge=0, description="Seconds between canaries; 0 = off."

@@ -235,7 +235,6 @@ class HealthProbe:
         health: HealthTracker,
         errors: EngineErrors,
         clock: Callable[[], float],
-        on_start_ended: Callable[[], None] = lambda: None,
     ) -> None:
         self.engine = engine
         self.engine_url = engine_url
@@ -243,7 +242,6 @@ class HealthProbe:
         self.health = health
         self.errors = errors
         self.clock = clock
-        self.on_start_ended = on_start_ended
         self.latency = histogram("engine_health_probe_seconds")
 
     async def __call__(self) -> None:
@@ -253,8 +251,6 @@ class HealthProbe:
         self.latency.observe(now - t0)
         for event in self.health.record(outcome, now, status):
             self._log(event, outcome, status)
-            if event == "engine_start_ended":
-                self.on_start_ended()
 
     async def _exchange(self) -> tuple[Outcome, int | None]:
         started_before = self.health.started

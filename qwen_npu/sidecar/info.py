@@ -1,10 +1,10 @@
-"""The info step: the patches' state file, the engine's ``/server_info`` and its ``/metrics``.
+"""The info step: the patches' state file and the engine's ``/server_info``.
 
 Why this exists: what changes slowly (patch states, the GDN contract's verdicts, the engine's UB
-plan, the speculative settings) and the counters behind the deprecated acceptance window are read
-on their own, slower cadence, and only while the engine's port answers (the state file is read
-always: the engine's processes write it before the port opens). The reader keeps what it last
-read, as read; the accessors below interpret it when the collector or ``/status`` asks.
+plan, the speculative settings) is read on its own, slower cadence, and only while the engine's port
+answers (the state file is read always: the engine's processes write it before the port opens). The
+reader keeps what it last read, as read; the accessors below interpret it when the collector or
+``/status`` asks.
 """
 
 from __future__ import annotations
@@ -21,12 +21,6 @@ from qwen_npu.sidecar import ub
 from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine import EngineClient, EngineError, EngineErrors
 from qwen_npu.sidecar.health import HealthTracker
-from qwen_npu.sidecar.spec_window import (
-    MetricsFormatError,
-    SpecCounters,
-    SpecWindow,
-    parse_spec_counters,
-)
 
 log = PartLog("sidecar")
 
@@ -66,14 +60,12 @@ class InfoReader:
         settings: Settings,
         engine: Callable[[], EngineClient],
         health: HealthTracker,
-        spec: SpecWindow,
         errors: EngineErrors,
         clock: Callable[[], float],
     ) -> None:
         self.settings = settings
         self.engine = engine
         self.health = health
-        self.spec = spec
         self.errors = errors
         self.clock = clock
         self.state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
@@ -85,7 +77,6 @@ class InfoReader:
         if self.health.last_outcome in (None, "refused"):
             return
         await self.read_server_info()
-        await self.read_engine_metrics()
 
     # The reads.
     async def read_state_file(self) -> None:
@@ -112,31 +103,21 @@ class InfoReader:
         except EngineError as exc:
             self.errors.count(exc, path)
 
-    async def read_engine_metrics(self) -> None:
-        path = "/metrics"
-        try:
-            response = await self.engine().request(
-                "GET", path, timeout=self.settings.request_timeout_s
-            )
-            if response.status != 200:
-                raise EngineError("status", f"HTTP {response.status}", response.status)
-            text = response.text()
-            try:
-                counters = await asyncio.to_thread(parse_spec_counters, text)
-            except MetricsFormatError as exc:
-                raise EngineError("malformed", f"not Prometheus text ({exc})") from None
-        except EngineError as exc:
-            self.errors.count(exc, path)
-            return
-        # An engine that has not verified yet may export neither counter: that is zero, so the
-        # window starts now rather than at the first scrape after the first finished request.
-        self.spec.add(self.clock(), counters or SpecCounters(0.0, 0.0))
-
     # What the state file says.
     def patch_states(self) -> dict[str, str]:
         """Every patch's state; unknown without a (readable) state file or for unknown states."""
         patches = self.state.get("patches") if self.state else None
         return _states(patches, PATCH_NAMES, "state", PATCH_STATES)
+
+    def patch_used(self) -> dict[str, float]:
+        """Per patch: 1.0 when the engine's mode uses it, 0.0 when not, NaN when not recorded."""
+        patches = self.state.get("patches") if self.state else None
+        used = {}
+        for name in PATCH_NAMES:
+            entry = patches.get(name) if isinstance(patches, dict) else None
+            value = entry.get("used_by_mode") if isinstance(entry, dict) else None
+            used[name] = float(value) if isinstance(value, bool) else math.nan
+        return used
 
     def gdn_verdicts(self) -> dict[str, str]:
         """Every GDN contract link's verdict; unknown for links the state file does not report."""

@@ -31,7 +31,6 @@ from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine import EngineClient, EngineErrors
 from qwen_npu.sidecar.health import HealthProbe, HealthTracker
 from qwen_npu.sidecar.info import InfoReader
-from qwen_npu.sidecar.spec_window import SpecWindow
 
 log = PartLog("sidecar")
 
@@ -105,7 +104,6 @@ class Monitor:
             now=clock(),
         )
         self.errors = EngineErrors()
-        self.spec = SpecWindow(settings.spec_window_s)
         self.predicted = ub.predict(settings.model_dir, settings.tp_size, settings.mamba_ssm_dtype)
         self.ub_predicted = ub.stats_from_plan(self.predicted.plan)
         self.probe = HealthProbe(
@@ -115,13 +113,11 @@ class Monitor:
             health=self.health,
             errors=self.errors,
             clock=clock,
-            on_start_ended=self.spec.clear,
         )
         self.info = InfoReader(
             settings=settings,
             engine=self._engine,
             health=self.health,
-            spec=self.spec,
             errors=self.errors,
             clock=clock,
         )

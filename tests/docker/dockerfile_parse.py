@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass
@@ -59,6 +59,13 @@ class Dockerfile:
             if stage.name == name:
                 return stage
         raise KeyError(name)
+
+    def every_arg(self) -> set[str]:
+        """Every ARG name declared, global or in a stage, with or without a default."""
+        names = set(self.global_args)
+        for stage in self.stages:
+            names |= set(stage.arg_defaults())
+        return names
 
     def every_arg_default(self) -> dict[str, str]:
         """Every ARG with a default, global or per stage (one name, one default)."""
@@ -121,12 +128,16 @@ def parse(path: Path) -> Dockerfile:
 
 
 def expand(text: str, values: dict[str, str]) -> str:
-    """Substitute ${VAR} and $VAR; an unknown name is an error (the build would get '')."""
+    """Substitute ${VAR}, ${VAR:-word} (word when VAR is empty) and $VAR; an unknown name is an
+    error (the build would get '')."""
 
     def repl(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
+        name = match.group(1) or match.group(3)
         if name not in values:
             raise KeyError(f"{name} is not defined for {text!r}")
+        fallback = match.group(2)
+        if fallback is not None and not values[name]:
+            return fallback
         return values[name]
 
     return _VAR.sub(repl, text)

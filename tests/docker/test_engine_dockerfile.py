@@ -3,13 +3,16 @@ labels, user, entrypoint. Every expected value comes from docker/versions.env.""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from .dockerfile_parse import _VAR as _VAR_RE
 from .dockerfile_parse import Dockerfile, Stage, expand, key_values, parse
 
 # The components whose pin the engine image must take from the versions file.
@@ -28,6 +31,9 @@ ENGINE_PINS = [
     "MEMFABRIC_ZBAL_VERSION",
     "SGL_KERNEL_NPU_VERSION",
     "TINI_APT_VERSION",
+    "ENGINE_NUMPY_VERSION",
+    "ENGINE_PYARROW_BELOW",
+    "CANN_MIN_HDK_VERSION",
 ]
 # What no RUN of the final stage may do: fetch, compile or install Python packages.
 BUILD_ONLY = ["pip install", "git clone", "curl ", "wget ", "build-essential", "cmake", "gcc"]
@@ -38,20 +44,72 @@ def engine(repo: Path) -> Dockerfile:
     return parse(repo / "docker" / "engine.Dockerfile")
 
 
-def test_every_pin_is_an_arg_whose_default_is_the_versions_file(
+def test_every_pin_is_an_arg_without_a_default(
     engine: Dockerfile, versions: dict[str, str]
 ) -> None:
+    """docker/versions.env is the one source: the Dockerfile declares each pin, repeats none."""
+    declared = engine.every_arg()
     defaults = engine.every_arg_default()
     for key in ENGINE_PINS:
         assert key in versions, f"docker/versions.env lost {key}"
-        assert defaults.get(key) == versions[key], (
-            f"engine.Dockerfile ARG {key}={defaults.get(key)!r} but docker/versions.env says "
-            f"{versions[key]!r}: change both together"
-        )
-    # And nothing else in the Dockerfile claims a version the file does not hold.
-    for key, value in defaults.items():
-        if key in versions:
-            assert value == versions[key], key
+        assert key in declared, f"engine.Dockerfile declares no ARG {key}"
+    repeated = sorted(k for k in defaults if k in versions)
+    assert not repeated, (
+        f"engine.Dockerfile repeats docker/versions.env as ARG defaults: {repeated}"
+    )
+
+
+def _required(stage: Stage) -> list[str]:
+    """The names the stage's first RUN hands docker/require-build-args.sh (none: [])."""
+    runs = stage.all("RUN")
+    if not runs or "require-build-args.sh" not in runs[0].args:
+        return []
+    words = runs[0].args.split("require-build-args.sh ", 2)[-1].split()
+    return words[1:]
+
+
+def test_each_stage_stops_first_when_a_pin_it_uses_is_empty(
+    engine: Dockerfile, versions: dict[str, str]
+) -> None:
+    """Every versions.env ARG a stage's RUN, ENV or LABEL reads is checked by its first RUN; the
+    digests are checked by the download itself (docker/engine-assets.sh)."""
+    for stage in engine.stages:
+        used = set()
+        for inst in stage.instructions:
+            if inst.cmd in ("RUN", "ENV", "LABEL"):
+                used |= {m.group(1) or m.group(3) for m in re.finditer(_VAR_RE, inst.args)}
+        pins = {k for k in used & set(versions) if "_SHA256_" not in k}
+        # a stage's base reference already stops on what it names (the FROM markers)
+        pins -= set(re.findall(r"\$\{([A-Z_]+):-", stage.base))
+        # the stack-npu stage reads its digests through engine-assets.sh, by name
+        assert pins <= set(_required(stage)), (stage.name, sorted(pins - set(_required(stage))))
+
+
+def test_the_build_arg_check_names_the_empty_argument_and_the_versions_file(repo: Path) -> None:
+    script = repo / "docker" / "require-build-args.sh"
+    env = {"PATH": os.environ["PATH"], "A": "1", "B": ""}
+    ok = subprocess.run(["bash", str(script), "x.Dockerfile", "A"], env=env, capture_output=True)
+    assert ok.returncode == 0 and ok.stderr == b""
+    bad = subprocess.run(
+        ["bash", str(script), "x.Dockerfile:stage", "A", "B", "C"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2
+    (line,) = bad.stderr.splitlines()
+    assert "event=build_arg_empty dockerfile=x.Dockerfile:stage args=B,C " in line
+    assert "docker/versions.env" in line
+
+
+def test_an_empty_base_argument_names_itself_in_the_image_reference(engine: Dockerfile) -> None:
+    """FROM runs before any step: the reference itself then says what is empty."""
+    empty = {k: "" for k in engine.global_args} | {"CHIP": "910b", "BASE_OS": "ubuntu22.04"}
+    for stage in engine.stages[:2]:
+        ref = expand(stage.base, empty)
+        for name in re.findall(r"\$\{([A-Z_]+):-", stage.base):
+            assert f"empty-arg-{name.lower() if name == 'CANN_BASE_IMAGE' else name}" in ref
+        assert "see-docker-versions.env" in ref
 
 
 def test_base_image_is_the_cann_image_for_the_chip(
@@ -84,7 +142,7 @@ def test_stages_and_the_flavours_share_everything_after_the_stack(
     """ENGINE_FLAVOUR picks base-<flavour> and stack-<flavour>; builder and engine are shared."""
     assert [(s.name, s.base) for s in engine.stages] == [
         ("base-npu", engine.stages[0].base),
-        ("base-cpu", "python:${ENGINE_PYTHON_VERSION}-slim-${SIDECAR_DEBIAN_RELEASE}"),
+        ("base-cpu", engine.stages[1].base),
         ("stack-npu", "base-npu"),
         ("stack-cpu", "base-cpu"),
         ("builder", "stack-${ENGINE_FLAVOUR}"),
@@ -95,6 +153,7 @@ def test_stages_and_the_flavours_share_everything_after_the_stack(
     # Both bases give the stages after them the same environment.
     envs = [key_values(engine.stage(n).all("ENV")[0].args) for n in ("base-npu", "base-cpu")]
     assert envs[0] == envs[1] and envs[0]["VIRTUAL_ENV"] == "/opt/venv"
+    assert engine.stages[1].base.startswith("python:${ENGINE_PYTHON_VERSION:-")
     cpu_base = expand(engine.stage("base-cpu").base, versions)
     # The cpu flavour runs the engine's Python (issue 21), like the CANN base.
     assert cpu_base == f"python:{versions['ENGINE_PYTHON_VERSION']}-slim-bookworm"
@@ -126,7 +185,7 @@ def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
     runs = "\n".join(_run_text(engine.stage(n)) for n in ("stack-npu", "builder", "qwen-npu"))
     assert '"torch==${NPU_TORCH_VERSION}" "torchvision==${NPU_TORCHVISION_VERSION}"' in runs
     assert '"torch-npu==${TORCH_NPU_VERSION}"' in runs
-    assert "triton_ascend-${TRITON_ASCEND_VERSION}-" in runs
+    assert "engine-assets.sh fetch triton" in runs
     # SGLang from its git tag with the NPU project file and the srt_npu extra.
     assert '--branch "v${SGLANG_VERSION}"' in runs
     assert "pyproject_npu.toml /tmp/sglang/python/pyproject.toml" in runs
@@ -142,53 +201,95 @@ def test_builder_installs_each_component_at_its_pin(engine: Dockerfile) -> None:
     assert qwen and "[" not in qwen[0].split("/tmp/qwen-npu")[1].split()[0]
 
 
-def _shell_value(stage: Stage, variable: str) -> str:
-    """The text assigned to a shell variable in a RUN (`name="..."`)."""
-    for inst in stage.all("RUN"):
-        marker = f'{variable}="'
-        if marker in inst.args:
-            start = inst.args.index(marker) + len(marker)
-            depth, i = 0, start
-            while i < len(inst.args):
-                c = inst.args[i]
-                if inst.args.startswith("$(", i):
-                    depth += 1
-                elif c == ")" and depth:
-                    depth -= 1
-                elif c == '"' and not depth:
-                    return inst.args[start:i]
-                i += 1
-    raise AssertionError(f"no {variable}= in any RUN")
-
-
-def _bash_eval(expression: str, env: dict[str, str]) -> str:
-    out = subprocess.run(
-        ["bash", "-c", f'arch="$(uname -m)"; py="cp312"; echo "{expression}"'],
+def _assets(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(repo / "docker" / "engine-assets.sh"), *args],
         env={"PATH": os.environ["PATH"], **env},
         capture_output=True,
         text=True,
-        check=True,
+        timeout=60,
     )
-    return out.stdout.strip()
 
 
 def test_sgl_kernel_npu_asset_name_follows_the_release_naming(
-    engine: Dockerfile, versions: dict[str, str]
+    repo: Path, versions: dict[str, str]
 ) -> None:
-    """The release zip is named per kernel release, torch, Python, CANN, chip and CPU arch."""
-    env = {k: versions[k] for k in ENGINE_PINS} | {"CHIP": "910b"}
-    asset = _bash_eval(_shell_value(engine.stage("stack-npu"), "asset"), env)
+    """The release zip is named per kernel release, torch, Python, CANN, chip and CPU arch, as
+    SGLang's NPU CI downloads it (scripts/ci/npu/npu_ci_install_dependency.sh)."""
+    env = {k: versions[k] for k in ENGINE_PINS}
     arch = platform.machine()
+    asset = _assets(repo, env, "name", "kernel", arch, "910b").stdout.strip()
     assert asset == (
         f"sgl-kernel-npu-{versions['SGL_KERNEL_NPU_VERSION']}-torch{versions['NPU_TORCH_VERSION']}"
         f"-py{versions['ENGINE_PYTHON_VERSION'].replace('.', '')}-cann{versions['CANN_VERSION']}"
         f"-910b-{arch}.zip"
     )
-    wheel = _bash_eval(_shell_value(engine.stage("stack-npu"), "wheel"), env)
+    wheel = _assets(repo, env, "name", "triton", arch, "910b").stdout.strip()
     assert wheel == (
         f"triton_ascend-{versions['TRITON_ASCEND_VERSION']}-cp312-cp312-manylinux_2_27_{arch}"
         f".manylinux_2_28_{arch}.whl"
     )
+    # One digest key per chip and architecture, each a key of docker/versions.env.
+    for kind, chips in (("triton", ["910b"]), ("kernel", ["910b", "a3"])):
+        for chip in chips:
+            for cpu in ("x86_64", "aarch64"):
+                key = _assets(repo, env, "key", kind, cpu, chip).stdout.strip()
+                assert key in versions, key
+
+
+def test_a_download_is_installed_only_with_its_pinned_digest(
+    repo: Path, versions: dict[str, str], tmp_path: Path
+) -> None:
+    """engine-assets.sh fetch, against a stand-in release page (file://): the right bytes pass, a
+    wrong digest or an empty one stops the build naming the versions.env key."""
+    arch = platform.machine()
+    env = {k: versions[k] for k in ENGINE_PINS} | {"CHIP": "a3", "ENGINE_ASSETS_ARCH": arch}
+    name = _assets(repo, env, "name", "kernel", arch, "a3").stdout.strip()
+    release = tmp_path / "release" / versions["SGL_KERNEL_NPU_VERSION"]
+    release.mkdir(parents=True)
+    (release / name).write_bytes(b"the pinned zip")
+    digest = hashlib.sha256(b"the pinned zip").hexdigest()
+    key = f"SGL_KERNEL_NPU_SHA256_A3_{arch.upper()}"
+    env["SGL_KERNEL_NPU_URL"] = f"file://{tmp_path / 'release'}"
+
+    ok = _assets(repo, env | {key: digest}, "fetch", "kernel", str(tmp_path / "out"))
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == str(tmp_path / "out" / name)
+    assert f"event=asset_verified asset={name} sha256={digest}" in ok.stderr
+
+    wrong = _assets(repo, env | {key: "0" * 64}, "fetch", "kernel", str(tmp_path / "bad"))
+    assert wrong.returncode == 4
+    assert f"event=asset_digest_mismatch asset={name} key={key} " in wrong.stderr
+    assert not (tmp_path / "bad" / name).exists()
+
+    empty = _assets(repo, env | {key: ""}, "fetch", "kernel", str(tmp_path / "none"))
+    assert empty.returncode == 2
+    (line,) = empty.stderr.splitlines()
+    assert f"event=asset_digest_missing asset={name} key={key} " in line
+    assert "docker/versions.env" in line and "make image-digests" in line
+
+
+def test_the_stack_installs_the_checked_downloads(engine: Dockerfile) -> None:
+    stack = _run_text(engine.stage("stack-npu"))
+    assert "bash /tmp/engine-assets.sh fetch triton /opt/triton-ascend >/dev/null" in stack
+    assert 'zip="$(bash /tmp/engine-assets.sh fetch kernel /tmp)"' in stack
+    assert "curl " not in stack  # every download goes through the digest check
+    for key in ("TRITON_ASCEND_SHA256_X86_64", "SGL_KERNEL_NPU_SHA256_A3_AARCH64"):
+        assert key in engine.stage("stack-npu").arg_defaults()
+
+
+def test_numpy_and_pyarrow_are_held_where_sglangs_npu_ci_holds_them(
+    engine: Dockerfile, versions: dict[str, str]
+) -> None:
+    stack = _run_text(engine.stage("stack-npu"))
+    assert (
+        '"numpy==${ENGINE_NUMPY_VERSION}"' in stack and '"pyarrow<${ENGINE_PYARROW_BELOW}"' in stack
+    )
+    assert stack.index('"numpy==${ENGINE_NUMPY_VERSION}"') < stack.index("> /tmp/constraints.txt")
+    assert (versions["ENGINE_NUMPY_VERSION"], versions["ENGINE_PYARROW_BELOW"]) == ("1.26.4", "26")
+    # and the builder fails when anything moved numpy off it
+    builder = _run_text(engine.stage("builder"))
+    assert "m.version('numpy') == '${ENGINE_NUMPY_VERSION}'" in builder
 
 
 def test_sgl_kernel_npu_release_carries_the_state_layout_fix(versions: dict[str, str]) -> None:
@@ -257,7 +358,7 @@ def test_triton_ascend_is_reinstalled_after_the_last_install(engine: Dockerfile)
                 assert "-c /tmp/constraints.txt" in pip.split("&&")[0], (later, inst.line)
     stack = _run_text(engine.stage("stack-npu"))
     assert '"pybind11==${PYBIND11_VERSION}"' in stack
-    assert 'pip install --no-deps "/opt/triton-ascend/${wheel}"' in stack
+    assert "pip install --no-deps /opt/triton-ascend/*.whl" in stack
 
 
 def test_the_image_bakes_no_cpu_affinity_and_home_is_writable_for_any_uid(
@@ -334,3 +435,34 @@ def test_entrypoint_user_port_and_labels(engine: Dockerfile, versions: dict[str,
     }
     for label, key in component.items():
         assert resolved[label] == versions[key], label
+
+
+def test_make_image_digests_prints_every_key_from_the_downloads(
+    repo: Path, versions: dict[str, str], tmp_path: Path
+) -> None:
+    """`digests` (behind `make image-digests`) against a stand-in release page: one KEY=sha256
+    line per versions.env digest key, each the sha256 of the file it names."""
+    env = {k: versions[k] for k in ENGINE_PINS}
+    triton = tmp_path / "triton" / f"v{versions['TRITON_ASCEND_VERSION']}"
+    kernel = tmp_path / "kernel" / versions["SGL_KERNEL_NPU_VERSION"]
+    triton.mkdir(parents=True)
+    kernel.mkdir(parents=True)
+    expected = {}
+    for cpu in ("x86_64", "aarch64"):
+        name = _assets(repo, env, "name", "triton", cpu, "910b").stdout.strip()
+        (triton / name).write_bytes(name.encode())
+        expected[f"TRITON_ASCEND_SHA256_{cpu.upper()}"] = hashlib.sha256(name.encode()).hexdigest()
+        for chip in ("910b", "a3"):
+            name = _assets(repo, env, "name", "kernel", cpu, chip).stdout.strip()
+            (kernel / name).write_bytes(name.encode())
+            key = f"SGL_KERNEL_NPU_SHA256_{chip.upper()}_{cpu.upper()}"
+            expected[key] = hashlib.sha256(name.encode()).hexdigest()
+    urls = {
+        "TRITON_ASCEND_URL": f"file://{tmp_path / 'triton'}",
+        "SGL_KERNEL_NPU_URL": f"file://{tmp_path / 'kernel'}",
+    }
+    done = _assets(repo, env | urls, "digests")
+    assert done.returncode == 0, done.stderr
+    printed = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    assert printed == expected
+    assert set(printed) == {k for k in versions if "_SHA256_" in k}

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,16 @@ if [ "$1 $2" = "-m qwen_npu.cli" ]; then
     echo 'qwen_npu.patches level=error event=verify_failed failed="a=drifted" next="fix it"'
   fi
   exit "${FAKE_VERIFY_EXIT:-0}"
+fi
+if [ "$1 $2" = "-m qwen_npu.hardware.kernel_contents" ]; then
+  shift 2; echo "$*" >> "$out.ops"
+  if [ "${FAKE_OPS_EXIT:-0}" = 0 ]; then
+    echo 'qwen_npu.hardware level=INFO event=npu_ops_registered ops=causal_conv1d'
+  else
+    echo 'torch_npu import noise' >&2
+    echo 'qwen_npu.hardware level=ERROR event=npu_op_missing ops=chunk_gated_delta_rule next="x"'
+  fi
+  exit "${FAKE_OPS_EXIT:-0}"
 fi
 {
   printf '{"argv": ['
@@ -415,6 +428,9 @@ def test_the_full_patch_check_runs_before_sglang_and_says_so(
         "verify",
         "--strict",
         "--startup",
+        "--engine-args",  # strictness follows the engine's mode (issue 33)
+        "--model-path",
+        "/m",
     ]
     argv = record(sandbox)["argv"]
     assert isinstance(argv, list) and argv[:2] == ["-m", "sglang.launch_server"]
@@ -480,3 +496,204 @@ def test_sourcing_the_cann_environment_keeps_the_callers_errexit(
         assert "after-false" not in done.stdout and done.returncode == 1
     else:
         assert "after-false" in done.stdout and done.returncode == 0
+
+
+# ---------------------------------------------------- the host driver and device access (issue 33)
+
+
+def test_the_gdn_ops_are_looked_up_after_the_patch_check_and_a_missing_one_stops_the_start(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    state = Path(str(sandbox["tmp"])) / "state"
+    ok = run(repo, sandbox, "--model-path", "/m", QWEN_NPU_STATE_DIR=str(state))
+    assert ok.returncode == 0, ok.stderr
+    assert Path(f"{sandbox['record']}.ops").read_text().split() == ["--registered"]
+    assert "event=npu_ops_registered" in ok.stderr
+    Path(str(sandbox["record"])).unlink()
+    bad = run(repo, sandbox, "--model-path", "/m", QWEN_NPU_STATE_DIR=str(state), FAKE_OPS_EXIT="1")
+    assert bad.returncode == 7
+    (error,) = lines(bad, "ERROR")
+    assert "event=npu_op_missing ops=chunk_gated_delta_rule" in error
+    assert f"log={state}/npu-ops.log" in error
+    assert "torch_npu import noise" in (state / "npu-ops.log").read_text()
+    assert not Path(str(sandbox["record"])).exists(), "SGLang started without its GDN ops"
+
+
+#: version.info as the Ascend driver installs it (/usr/local/Ascend/driver/version.info); the
+#: lines after `Version=` are those of a real 24.1/25.x install.
+VERSION_INFO = """Version={version}
+ascendhal_version=7.35.23
+aicpu_version=1.0
+tdt_version=1.0
+log_version=1.0
+prof_version=2.0
+dvppkernels_version=1.1
+tsfw_version=1.0
+Innerversion=V100R001C23SPC002B212
+compatible_version=[V100R001C19],[V100R001C20],[V100R001C21],[V100R001C22],[V100R001C23]
+compatible_version_fw=[7.0.0,7.8.99]
+package_version={package}
+"""
+
+
+def version_info(sandbox: dict[str, object], version: str, package: str | None = None) -> str:
+    path = Path(str(sandbox["tmp"])) / f"version-{version}.info"
+    path.write_text(VERSION_INFO.format(version=version, package=package or version))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("installed", "package", "ok"),
+    [
+        ("25.2.0", None, True),
+        ("25.3.rc1", None, True),
+        ("26.0.rc1", None, True),
+        ("25.0.rc1.1", None, False),  # CANN 9.1.x: 25.0.x marked unsupported
+        ("24.1.rc2.2", None, False),
+        # A component version under Version=, the HDK under package_version= (which wins)
+        ("7.35.23", "25.5.2", True),
+        ("7.35.23", "24.1.rc1", False),
+    ],
+)
+def test_the_driver_below_the_supported_hdk_is_refused_in_one_line(
+    repo: Path, sandbox: dict[str, object], installed: str, package: str | None, ok: bool
+) -> None:
+    info = version_info(sandbox, installed, package)
+    done = run(
+        repo,
+        sandbox,
+        "--x",
+        QWEN_NPU_MIN_HDK_VERSION="25.2",
+        QWEN_NPU_DRIVER_VERSION_FILE=info,
+        QWEN_NPU_HDK_NODE_LABEL="example.com/hdk",
+    )
+    have = package or installed
+    if ok:
+        assert done.returncode == 0, done.stderr
+        assert f"event=driver_ok installed={have} needed=25.2+" in done.stderr
+        return
+    assert done.returncode == 5
+    assert not Path(str(sandbox["record"])).exists(), "SGLang started on an unsupported driver"
+    (error,) = lines(done, "error")
+    assert f"event=driver_unsupported installed={have} needed=25.2+ file={info} " in error
+    assert "example.com/hdk" in error and "scheduling.driverVersion" in error
+    assert "event=verify" not in done.stderr  # stopped before the patch check
+
+
+def test_without_the_driver_file_it_warns_and_outside_the_image_it_says_nothing(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    missing = run(
+        repo,
+        sandbox,
+        "--x",
+        QWEN_NPU_MIN_HDK_VERSION="25.2",
+        QWEN_NPU_DRIVER_VERSION_FILE="/nonexistent/version.info",
+    )
+    assert missing.returncode == 0, missing.stderr
+    (warning,) = [x for x in lines(missing, "warning") if "driver_version" in x]
+    assert "event=driver_version_unknown file=/nonexistent/version.info needed=25.2+" in warning
+    outside = run(repo, sandbox, "--x", QWEN_NPU_DRIVER_VERSION_FILE="/nonexistent/version.info")
+    assert outside.returncode == 0 and "event=driver_" not in outside.stderr
+    bad = run(repo, sandbox, "--x", QWEN_NPU_MIN_HDK_VERSION="25")
+    assert bad.returncode == 2 and "event=bad_min_hdk_version" in bad.stderr
+
+
+def test_the_image_bakes_the_minimum_from_the_versions_file(
+    repo: Path, versions: dict[str, str]
+) -> None:
+    text = (repo / "docker" / "engine.Dockerfile").read_text()
+    assert "QWEN_NPU_MIN_HDK_VERSION=${CANN_MIN_HDK_VERSION}" in text
+    assert versions["CANN_MIN_HDK_VERSION"] == "25.2"
+
+
+@pytest.fixture()
+def shared_tmp() -> Iterator[Path]:
+    """A directory another uid can enter (pytest's tmp_path is root's 0700 tree)."""
+    path = Path(tempfile.mkdtemp(prefix="qwen-npu-devices-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def device_nodes(root: Path, gid: int, mode: int, *ids: int) -> Path:
+    """Stand-in device nodes with the owner gid and mode of the real ones (0660 HwHiAiUser)."""
+    dev = root / "dev"
+    dev.mkdir()
+    for name in ["davinci_manager", *(f"davinci{i}" for i in ids), "devmm_svm", "hisi_hdc"]:
+        node = dev / name
+        node.touch()
+        os.chown(node, 0, gid)
+        node.chmod(mode)
+    return dev
+
+
+def run_as(
+    repo: Path, root: Path, uid: int, groups: list[int], **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The entrypoint as a non-root uid with the given supplementary groups (setpriv), as the
+    chart's securityContext runs it, with a stand-in python3 that uid can execute."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    python = bin_dir / "python3"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    out = root / "out"
+    out.mkdir(mode=0o777, exist_ok=True)
+    out.chmod(0o777)
+    base = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "QWEN_NPU_CANN_ENV_FILE": str(repo / "docker" / "cann-env.sh"),
+        "QWEN_NPU_CANN_ENV_SCRIPTS": "",
+        "QWEN_NPU_PYTHON": str(python),
+        "QWEN_NPU_INIT": "no-such-init",
+        "QWEN_NPU_STATE_DIR": str(out),
+        "FAKE_OUT": str(out / "record.json"),
+    }
+    cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}"]
+    cmd += [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+    return subprocess.run(
+        [*cmd, entrypoint(repo), "--model-path", "/m"],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_device_the_engine_cannot_open_is_named_with_its_group(
+    repo: Path, shared_tmp: Path
+) -> None:
+    """Real permission checks: uid 1000 without the devices' group (1234) cannot open them."""
+    dev = device_nodes(shared_tmp, 1234, 0o660, 0, 1)
+    denied = run_as(repo, shared_tmp, 1000, [], QWEN_NPU_DEV_DIR=str(dev))
+    assert denied.returncode == 6, denied.stderr
+    (error,) = [x for x in denied.stderr.splitlines() if "level=error" in x]
+    assert f"event=npu_device_denied node={dev}/davinci_manager owner_gid=1234 mode=660 " in error
+    assert "uid=1000 " in error and "npu.deviceGroupId=1234" in error
+    assert not (shared_tmp / "out" / "record.json").exists(), "SGLang started without devices"
+
+    granted = run_as(repo, shared_tmp, 1000, [1234], QWEN_NPU_DEV_DIR=str(dev))
+    assert granted.returncode == 0, granted.stderr
+    assert "event=npu_devices_open nodes=3 owner_gid=1234" in granted.stderr
+
+
+def test_a_device_outside_the_group_is_found_too(repo: Path, shared_tmp: Path) -> None:
+    """davinci_manager opens, davinci1 belongs to another group: that node is named."""
+    dev = device_nodes(shared_tmp, 1234, 0o660, 0, 1)
+    os.chown(dev / "davinci1", 0, 4321)
+    done = run_as(repo, shared_tmp, 1000, [1234], QWEN_NPU_DEV_DIR=str(dev))
+    assert done.returncode == 6
+    assert f"node={dev}/davinci1 owner_gid=4321 " in done.stderr
+
+
+def test_davinci_nodes_without_the_manager_stop_the_start(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    dev = fake_devices(sandbox, "davinci0", "davinci1")
+    done = run(repo, sandbox, "--x", QWEN_NPU_DEV_DIR=dev)
+    assert done.returncode == 6
+    (error,) = lines(done, "error")
+    assert f"event=npu_device_missing node={dev}/davinci_manager seen=2 " in error

@@ -105,7 +105,14 @@ def test_dockerignore_keeps_every_copy_source_and_drops_the_rest(repo: Path) -> 
             for inst in stage.all("COPY"):
                 if not inst.args.startswith("--from="):
                     sources.update(w for w in inst.args.split()[:-1] if not w.startswith("--"))
+            for inst in stage.all("RUN"):
+                # A bind mount of the build context (no from=) reads the context like a COPY.
+                for mount in re.findall(r"--mount=(\S+)", inst.args):
+                    spec = dict(kv.partition("=")[::2] for kv in mount.split(","))
+                    if spec.get("type") == "bind" and "from" not in spec:
+                        sources.add(spec["source"])
     assert sources >= {"pyproject.toml", "README.md", "qwen_npu", "docker/sidecar-constraints.txt"}
+    assert {"docker/require-build-args.sh", "docker/engine-assets.sh"} <= sources
     for source in sources:
         assert (repo / source).exists(), source
         assert not _ignored(patterns, source), f".dockerignore drops {source}, which a COPY needs"

@@ -39,6 +39,24 @@ def docker_stub(tmp_path: Path) -> dict[str, str]:
     }
 
 
+#: Stand-in release digests: docker/versions.env leaves them empty until `make image-digests` runs
+#: where the release downloads are reachable, and `make image` refuses to start without them.
+DIGESTS = [
+    f"{key}={n:064x}"
+    for n, key in enumerate(
+        [
+            "TRITON_ASCEND_SHA256_X86_64",
+            "TRITON_ASCEND_SHA256_AARCH64",
+            "SGL_KERNEL_NPU_SHA256_910B_X86_64",
+            "SGL_KERNEL_NPU_SHA256_910B_AARCH64",
+            "SGL_KERNEL_NPU_SHA256_A3_X86_64",
+            "SGL_KERNEL_NPU_SHA256_A3_AARCH64",
+        ],
+        start=1,
+    )
+]
+
+
 def make(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     return subprocess.run(
@@ -59,7 +77,7 @@ def calls(env: dict[str, str]) -> list[list[str]]:
 def test_without_a_docker_engine_one_line_and_failure(
     repo: Path, docker_stub: dict[str, str], target: str
 ) -> None:
-    done = make(repo, docker_stub, target)
+    done = make(repo, docker_stub, target, *DIGESTS)
     assert done.returncode != 0
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert [line for line in lines if not line.startswith("make: ***")] == [
@@ -96,7 +114,7 @@ def test_image_builds_the_engine_with_every_pin_from_the_versions_file(
     repo: Path, docker_stub: dict[str, str], versions: dict[str, str]
 ) -> None:
     env = docker_stub | {"DOCKER_UP": "1"}
-    done = make(repo, env, "image", "PLATFORM=linux/arm64")
+    done = make(repo, env, "image", "PLATFORM=linux/arm64", *DIGESTS)
     assert done.returncode == 0, done.stdout + done.stderr
     info, build = calls(env)
     assert info == ["info"] and build[:1] == ["build"]
@@ -105,10 +123,45 @@ def test_image_builds_the_engine_with_every_pin_from_the_versions_file(
     assert _flag(build, "-t") == f"ghcr.io/qwen-npu/engine:{versions['QWEN_NPU_VERSION']}"
     assert build[-1] == "."
     args = _build_args(build)
-    declared = set(parse(repo / "docker" / "engine.Dockerfile").every_arg_default())
+    declared = parse(repo / "docker" / "engine.Dockerfile").every_arg()
     expected = {k: v for k, v in versions.items() if k in declared}
+    expected |= {k: v for k, _, v in (d.partition("=") for d in DIGESTS)}  # the command line's
     assert {k: args[k] for k in expected} == expected
     assert args["CHIP"] == "910b"
+
+
+@pytest.mark.parametrize(
+    ("target", "override", "named"),
+    [
+        ("image", "CANN_VERSION=", "CANN_VERSION"),
+        ("image", "SGL_KERNEL_NPU_SHA256_A3_X86_64=", "SGL_KERNEL_NPU_SHA256_A3_X86_64"),
+        ("image-sidecar", "SIDECAR_DEBIAN_RELEASE=", "SIDECAR_DEBIAN_RELEASE"),
+    ],
+)
+def test_an_empty_pin_stops_make_before_docker_naming_it(
+    repo: Path, docker_stub: dict[str, str], target: str, override: str, named: str
+) -> None:
+    """The Dockerfiles carry no defaults: an empty key of docker/versions.env is refused first."""
+    env = docker_stub | {"DOCKER_UP": "1"}
+    done = make(repo, env, target, "CHIP=a3", "PLATFORM=linux/amd64", *DIGESTS, override)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith(f"make {target}:")]
+    assert line.startswith(f"make {target}: {named} empty in docker/versions.env")
+    assert calls(env) == []
+
+
+def test_the_versions_file_leaves_the_digests_to_make_image_digests(
+    repo: Path, docker_stub: dict[str, str], versions: dict[str, str]
+) -> None:
+    """Not filled in here (no release download is reachable): say so, do not invent digests."""
+    digest_keys = [k for k in versions if "_SHA256_" in k]
+    assert len(digest_keys) == 6
+    for key in digest_keys:
+        assert versions[key] == "" or len(versions[key]) == 64, key
+    if not all(versions[k] for k in digest_keys):
+        env = docker_stub | {"DOCKER_UP": "1"}
+        done = make(repo, env, "image", "PLATFORM=linux/amd64")
+        assert done.returncode == 2 and "make image-digests prints" in done.stdout
 
 
 def test_image_for_a3_with_registry_and_tag(repo: Path, docker_stub: dict[str, str]) -> None:
@@ -121,6 +174,7 @@ def test_image_for_a3_with_registry_and_tag(repo: Path, docker_stub: dict[str, s
         "REGISTRY=reg.example:5000/ai",
         "TAG=rc1",
         "PLATFORM=linux/amd64",
+        *DIGESTS,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     build = calls(env)[1]

@@ -30,12 +30,18 @@ def test_qwen_npu_version_is_the_distributions(versions: dict[str, str]) -> None
 def test_sidecar_dockerfile_pins_come_from_the_versions_file(
     repo: Path, versions: dict[str, str]
 ) -> None:
-    defaults = parse(repo / "docker" / "sidecar.Dockerfile").every_arg_default()
+    """Declared without a default (the versions file is the one source), each checked when empty:
+    the base reference names the empty argument, the last stage's first step the rest."""
+    sidecar = parse(repo / "docker" / "sidecar.Dockerfile")
+    declared, defaults = sidecar.every_arg(), sidecar.every_arg_default()
     for key in ("SIDECAR_PYTHON_VERSION", "SIDECAR_DEBIAN_RELEASE", "QWEN_NPU_VERSION"):
-        assert defaults[key] == versions[key], key
-    for key, value in defaults.items():
-        if key in versions:
-            assert value == versions[key], key
+        assert key in versions and key in declared, key
+    assert not [k for k in defaults if k in versions], "a versions.env pin repeated as a default"
+    for stage in sidecar.stages:
+        for key in ("SIDECAR_PYTHON_VERSION", "SIDECAR_DEBIAN_RELEASE"):
+            assert f"${{{key}:-empty-arg-{key}-see-docker-versions.env}}" in stage.base
+    first_run = sidecar.stage("sidecar").all("RUN")[0].args
+    assert "require-build-args.sh sidecar.Dockerfile:sidecar QWEN_NPU_VERSION" in first_run
 
 
 def _make_image_names(repo: Path) -> dict[str, str]:

@@ -39,6 +39,7 @@ INDEX_PINS = {
     "MEMFABRIC_HYBRID_VERSION": "memfabric-hybrid",
     "MEMFABRIC_ZBAL_VERSION": "memfabric-zbal",
     "SGLANG_ROUTER_VERSION": "sglang-router",
+    "ENGINE_NUMPY_VERSION": "numpy",
     # From the PyTorch CPU index in the image (not reachable here): PyPI has the same releases.
     "NPU_TORCH_VERSION": "torch",
     "NPU_TORCHVISION_VERSION": "torchvision",

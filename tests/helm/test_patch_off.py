@@ -129,3 +129,28 @@ def test_should_accept_exactly_the_registry_names_when_disabling_patches(repo: A
     assert enum == NAMES
     with pytest.raises(helm.HelmValuesError, match="/patches/disabled/0"):
         chart_tool.render(helm.parse_set_string("patches.disabled={all}"))
+
+
+@pytest.mark.parametrize("kind", list(PROFILES))
+def test_should_render_the_gdn_decode_route_for_both_containers(kind: str) -> None:
+    """patches.gdnDecodeRoute beside the kill switch: the name and the values are the patch's own
+    (gdn_decode_state_layout.ROUTE_ENV, ROUTES); in place unless set, copy as the fallback."""
+    from qwen_npu.patches.fixes import gdn_decode_state_layout as gdn
+
+    for setting, expected in ((None, gdn.IN_PLACE), (gdn.COPY, gdn.COPY)):
+        values = PROFILES[kind]
+        if setting is not None:
+            values = _set(values, f"patches.gdnDecodeRoute={setting}")
+        for template in _templates(chart_tool.render_docs(values)).values():
+            for container in ("preflight", "engine"):
+                assert _env(template, container, gdn.ROUTE_ENV) == expected
+
+
+def test_should_accept_exactly_the_patch_routes_as_gdn_decode_route(repo: Any) -> None:
+    from qwen_npu.patches.fixes import gdn_decode_state_layout as gdn
+
+    schema = yaml.safe_load((repo / "helm/qwen-npu/values.schema.json").read_text())
+    route = schema["properties"]["patches"]["properties"]["gdnDecodeRoute"]
+    assert tuple(route["enum"]) == gdn.ROUTES and route["default"] == gdn.IN_PLACE
+    with pytest.raises(helm.HelmValuesError, match="gdnDecodeRoute"):
+        chart_tool.render(helm.parse_set_string("patches.gdnDecodeRoute=inplace"))

@@ -100,11 +100,22 @@ def test_should_mount_driver_and_devices_when_runtime_is_host_path(
     for name, (path, kind, read_only) in HOST_FILES.items():
         assert volumes[name]["hostPath"] == {"path": path, "type": kind}, name
         assert mounts[name] == {"name": name, "mountPath": path, "readOnly": read_only}
-    # Only the engine touches the NPUs.
+    # Only the engine touches the NPUs; preflight reads the driver's version.info alone.
     for other in ("sidecar", "preflight"):
         found = chart_tool.container(template, other)
         assert found is not None
-        assert not {m["name"] for m in found["volumeMounts"]} & set(HOST_FILES), other
+        host = [m for m in found["volumeMounts"] if m["name"] in HOST_FILES]
+        if other == "preflight":
+            assert host == [
+                {
+                    "name": "ascend-driver",
+                    "mountPath": "/usr/local/Ascend/driver/version.info",
+                    "subPath": "version.info",
+                    "readOnly": True,
+                }
+            ]
+        else:
+            assert not host, other
     # The default runtime mounts none of it.
     (plain,) = _templates(rendered_scenarios["ci-default"]).values()
     assert not {v["name"] for v in plain["spec"]["volumes"]} & set(HOST_FILES)

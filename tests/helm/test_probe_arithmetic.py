@@ -142,16 +142,3 @@ def test_one_startup_budget_reaches_probe_sidecar_alert_panel_and_rollout(budget
     assert _startup_panel_threshold(docs) == budget
     deployment = chart_tool.engine_workload(docs)
     assert deployment["spec"]["progressDeadlineSeconds"] == budget + 600
-
-
-def test_the_deprecated_alert_alias_still_works_and_notes_warn() -> None:
-    old = {"monitoring": {"prometheusRule": {"thresholds": {"startupBudgetSeconds": 3600}}}}
-    rendered = chart_tool.render(old)
-    docs = chart_tool.documents(rendered)
-    assert "> 3600)" in _startup_alert(docs)
-    assert _startup_panel_threshold(docs) == 3600
-    notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
-    assert "thresholds.startupBudgetSeconds is deprecated" in notes
-    assert "engine.startupBudgetSeconds" in notes
-    default_notes = next(t for p, t in chart_tool.render({}).items() if p.endswith("NOTES.txt"))
-    assert "deprecated" not in default_notes

@@ -74,6 +74,18 @@ def decode_kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Module
     return {layout: gdn_kernels.load(folder, layout) for layout in ("k-major", "v-major")}
 
 
+@pytest.fixture(scope="session")
+def v_major_kernel() -> Iterator[ModuleType]:
+    """qwen-npu's V-major decode kernel (the in-place route) under Triton's interpreter, with
+    triton's library functions interpreted for the session (fixtures/triton_interpreter.py)."""
+    from fixtures.triton_interpreter import library
+
+    from . import gdn_kernels
+
+    with library():
+        yield gdn_kernels.load_v_major()
+
+
 @pytest.fixture()
 def kernel_stub() -> Iterator[ModuleType]:
     """The sgl_kernel_npu stand-in, with its call log cleared before and after."""

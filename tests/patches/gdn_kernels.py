@@ -22,11 +22,17 @@ addressing V-major (sgl-kernel-npu issue #640's fix): ``load(...)`` writes eithe
 imports it. The float64 reference (``reference_decode``) and the verify stand-in
 (``reference_verify``, V-major bf16 like the AscendC ``recurrent_gated_delta_rule``, writing the
 intermediate cache) are plain torch.
+
+``load_v_major()`` imports qwen-npu's own V-major decode kernel (the in-place route,
+``qwen_npu/patches/kernels/gdn_decode_v_major.py``) under Triton's interpreter; it calls
+``tl.sum`` and friends, so ``fixtures.triton_interpreter.library()`` must be held while it runs
+(the ``v_major_kernel`` fixture does).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import os
 import sys
@@ -75,6 +81,17 @@ def load(directory: Path, layout: str = "k-major") -> ModuleType:
 
         spec.loader.exec_module(module)
     return module
+
+
+def load_v_major() -> ModuleType:
+    """The in-place route's kernel module, imported afresh under the interpreter (its
+    ``sys.modules`` entry replaced, so the patch's lazy import finds this one)."""
+    from fixtures.triton_interpreter import interpreter
+    from qwen_npu.patches.fixes.gdn_decode_state_layout import V_MAJOR_MODULE
+
+    sys.modules.pop(V_MAJOR_MODULE, None)
+    with interpreter():
+        return importlib.import_module(V_MAJOR_MODULE)
 
 
 def gating(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,14 +35,21 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_verify_strict_passes_on_the_pinned_sglang(
     targets: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, "verify", "--strict", "--json")
+    mtp_on = [
+        "--model-path", "/models/qwen", "--speculative-algorithm", "NEXTN",
+        "--mamba-ssm-dtype", "bfloat16",
+    ]  # fmt: skip
+    code, out, _ = run(capsys, "verify", "--strict", "--json", "--engine-args", *mtp_on)
     report = json.loads(out)
     assert code == 0 and report["ok"] is True
-    # On this CPU SGLang's decode calls its own V-major kernel: the decode patch is not needed.
-    expected = {"gdn-decode-state-layout": "upstream-fixed"}
+    # On this CPU SGLang's decode binds its own kernel, not sgl-kernel-npu's: the decode patch's
+    # target is not here (never "upstream-fixed"), which MTP on does not run.
+    expected = {"gdn-decode-state-layout": "target-missing"}
     assert [(r["name"], r["state"]) for r in report["patches"]] == [
         (p.name, expected.get(p.name, "applied")) for p in PATCHES
     ]
+    decode = next(r for r in report["patches"] if r["name"] == "gdn-decode-state-layout")
+    assert decode["used_by_mode"] is False and "SGLang's own" in decode["detail"]
     contract = report["gdn_contract"]
     assert list(contract) == [link.name for link in GDN_CONTRACT]
     assert {name: v["verdict"] for name, v in contract.items()} == {
@@ -48,7 +58,7 @@ def test_verify_strict_passes_on_the_pinned_sglang(
         "verify_op": "pass",
         "mover": "pass",
         "decode_kernel": "unknown",  # no sgl_kernel_npu decode kernel here: the ledger accepts it
-        "ssm_dtype": "unknown",  # no model and no flag
+        "ssm_dtype": "pass",  # bfloat16 from --mamba-ssm-dtype, MTP on
     }
     evidence = contract["decode_kernel"]["evidence"]
     assert "fla/fused_sigmoid_gating_recurrent_decode_optimized.py" in evidence
@@ -162,3 +172,23 @@ def test_explain_unknown_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     code, out, err = run(capsys, "explain", "no-such-patch")
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0 and "known: modelslim-moe-unquant-fallback" in err
+
+
+@pytest.mark.sglang
+def test_verify_in_the_bare_venv_names_what_is_missing_and_claims_no_fix() -> None:
+    """`.venv/bin/qwen-npu patches verify` as a user runs it (no stand-ins on the path): SGLang's
+    NPU modules do not import there; one line says what is missing and where the real picture is,
+    and no patch is called upstream-fixed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "QWEN_NPU_PATCHES_HOOK")}
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "qwen_npu", "patches", "verify", "--json"],
+        capture_output=True, text=True, env=env, cwd="/", timeout=300, check=False,
+    )  # fmt: skip
+    states = {r["name"]: r["state"] for r in json.loads(done.stdout)["patches"]}
+    assert "upstream-fixed" not in states.values(), states
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "qwen_npu", "patches", "verify"],
+        capture_output=True, text=True, env=env, cwd="/", timeout=300, check=False,
+    )  # fmt: skip
+    said = [line for line in done.stderr.splitlines() if "this environment lacks" in line]
+    assert len(said) == 1 and "torchvision" in said[0] and "make verify-patches" in said[0]

@@ -4,7 +4,8 @@
 A prefill, then the same token stream two ways, on SGLang 0.5.23's MambaPool (NPU configuration):
 
 - plain decode: one token per step through SGLang's TritonGDNKernel.decode with the
-  gdn-decode-state-layout patch and the sgl-kernel-npu decode stand-in (Triton interpreter);
+  gdn-decode-state-layout patch (in place: qwen-npu's V-major kernel; the copy route: the
+  sgl-kernel-npu decode stand-in on a K-major copy), under Triton's interpreter;
 - NEXTN: D draft tokens per step through a stand-in for the AscendC verify op (V-major bf16,
   writing the intermediate cache: gdn_kernels.reference_verify), a random accepted length per
   request, then SGLang's real ``update_mamba_state_after_mtp_verify`` with the mover stand-in
@@ -206,19 +207,24 @@ def errors(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def world(
-    gdn_triton: ModuleType, backend: ModuleType, decode_kernels: dict[str, ModuleType]
+    gdn_triton: ModuleType,
+    backend: ModuleType,
+    decode_kernels: dict[str, ModuleType],
+    v_major_kernel: ModuleType,
 ) -> Any:
-    """gdn_triton bound to the K-major decode stand-in with the patch applied, the mover
-    stand-in emulating; the stream and the NEXTN run every case compares against."""
+    """gdn_triton bound to the K-major decode stand-in with the patch applied (its default
+    route: in place, qwen-npu's V-major kernel under the interpreter), the mover stand-in
+    emulating; the stream and the NEXTN run every case compares against."""
     stub = __import__("sgl_kernel_npu.mamba.mamba_state_update_triton", fromlist=["x"])
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("QWEN_NPU_DISABLE_PATCHES", raising=False)
         mp.delenv("QWEN_NPU_STATE_DIR", raising=False)
+        mp.delenv(patch.ROUTE_ENV, raising=False)
         mp.setattr(stub, "EMULATE", True)
         patch.revert()
         kernel = decode_kernels["k-major"].fused_sigmoid_gating_delta_rule_update_decode_npu
         mp.setattr(gdn_triton, patch.KERNEL, kernel)
-        assert patch.apply().state == "applied"
+        assert patch.apply().state == "applied" and patch.route() == patch.IN_PLACE
         s = stream()
         spec = nextn(backend, s)
         yield SimpleNamespace(stream=s, nextn=spec, upto=spec["positions"])
@@ -240,9 +246,18 @@ def test_nextn_with_random_acceptance_matches_plain_decode(
 ) -> None:
     plain = plain_decode(gdn_triton, world.stream, world.upto)
     errs = errors(plain, world.nextn)
-    record("patched decode vs NEXTN", errs)
+    record("patched decode (in place) vs NEXTN", errs)
     assert all(v < BF16_TOLERANCE for v in errs.values()), errs
     assert [len(o) for o in plain["outputs"]] == [p - PROMPT for p in world.upto]
+
+
+def test_the_copy_route_matches_nextn_too(
+    gdn_triton: ModuleType, world: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gdn_triton.TritonGDNKernel, "decode", patch.k_major_decode)
+    errs = errors(plain_decode(gdn_triton, world.stream, world.upto), world.nextn)
+    record("patched decode (copy route) vs NEXTN", errs)
+    assert all(v < BF16_TOLERANCE for v in errs.values()), errs
 
 
 def test_decode_patch_off_diverges(

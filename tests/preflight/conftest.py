@@ -12,12 +12,17 @@ import pytest
 from fixtures.checkpoints import write_checkpoint
 from qwen_npu.preflight.cli import main
 
-CLEAN_ENV = {"QWEN_NPU_DISABLE_PATCHES": "", "SGLANG_MAMBA_SSM_DTYPE": ""}
+CLEAN_ENV = {
+    "QWEN_NPU_DISABLE_PATCHES": "",
+    "SGLANG_MAMBA_SSM_DTYPE": "",
+    "QWEN_NPU_MIN_HDK_VERSION": "",
+    "QWEN_NPU_DRIVER_VERSION_FILE": "",
+}
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests start without the two variables preflight reads; each test sets what it needs."""
+    """Tests start without the variables preflight reads; each test sets what it needs."""
     for name in CLEAN_ENV:
         monkeypatch.delenv(name, raising=False)
 

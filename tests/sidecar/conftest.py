@@ -30,7 +30,6 @@ FAST: dict[str, Any] = {
     "canary_timeout_s": 2.0,
     "liveness_failures": 2,
     "startup_budget_s": 60.0,
-    "spec_window_s": 30.0,
 }
 
 NORMAL_TEXT = (
@@ -68,10 +67,7 @@ class FakeEngine:
         self.num_steps = 3
         self.num_draft_tokens = 4
         self.server_info_body: bytes | None = None  # raw override
-        self.metrics_body: bytes | None = None  # raw override
-        self.metrics_headers: dict[str, str] = {}
-        self.generation_tokens = 0.0
-        self.verify_calls = 0.0
+        self.server_info_headers: dict[str, str] = {}
         self.generate_status = 200
         self.generate_text = NORMAL_TEXT
         self.calls: dict[str, int] = {}
@@ -93,7 +89,9 @@ class FakeEngine:
             return httpx.Response(self.health_status)
         if path == "/server_info":
             if self.server_info_body is not None:
-                return httpx.Response(200, content=self.server_info_body)
+                return httpx.Response(
+                    200, content=self.server_info_body, headers=self.server_info_headers
+                )
             return httpx.Response(
                 200,
                 json={
@@ -106,24 +104,6 @@ class FakeEngine:
                     "internal_states": [{"avg_spec_accept_length": 2.5}],
                 },
             )
-        if path == "/metrics":
-            if self.metrics_body is not None:
-                return httpx.Response(200, content=self.metrics_body, headers=self.metrics_headers)
-            text = (
-                "# HELP sglang:generation_tokens_total Number of generation tokens.\n"
-                "# TYPE sglang:generation_tokens_total counter\n"
-                'sglang:generation_tokens_total{model_name="m",is_streaming="true"} '
-                f"{self.generation_tokens * 0.75}\n"
-                'sglang:generation_tokens_total{model_name="m",is_streaming="false"} '
-                f"{self.generation_tokens * 0.25}\n"
-                "# HELP sglang:spec_verify_calls_total Number of verify calls.\n"
-                "# TYPE sglang:spec_verify_calls_total counter\n"
-                f'sglang:spec_verify_calls_total{{model_name="m"}} {self.verify_calls}\n'
-                "# HELP sglang:num_running_reqs Running.\n"
-                "# TYPE sglang:num_running_reqs gauge\n"
-                'sglang:num_running_reqs{model_name="m"} 3\n'
-            )
-            return httpx.Response(200, text=text)
         if path == "/generate":
             body = json.loads(request.content)
             assert body["sampling_params"]["temperature"] == 0.0

@@ -4,6 +4,7 @@ and the simulator's chart-backed profiles (`make sim`, `make demo`)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -11,7 +12,16 @@ import helm_python as helm
 import yaml
 
 from tools.chart import sim_renders
-from tools.chart.render import documents, render, scenarios
+from tools.chart.render import (
+    PROFILES_DIR,
+    documents,
+    engine_args,
+    profiles,
+    render,
+    render_docs,
+    scenarios,
+    values_from,
+)
 from tools.chart.validate import lint
 from tools.paths import CHART_DIR, REPO
 
@@ -43,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.chart", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("action", choices=["render", "package", "sim-renders"])
+    parser.add_argument("action", choices=["render", "package", "sim-renders", "engine-args"])
     parser.add_argument("--out", type=Path, default=REPO / "out" / "chart")
     parser.add_argument(
         "--sim-config",
@@ -52,7 +62,20 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="sim-renders: a simulator YAML of your own that names a chart-profile",
     )
+    parser.add_argument(
+        "--profile",
+        default="qwen3.6-35b-a3b-w8a8",
+        help="engine-args: the chart profile whose engine command line to print (shell-quoted)",
+    )
     args = parser.parse_args(argv)
+    if args.action == "engine-args":
+        path = PROFILES_DIR / f"{args.profile}.yaml"
+        if not path.is_file():
+            known = ", ".join(p.stem for p in profiles())
+            print(f"chart: no profile {args.profile!r}; use one of: {known}", file=sys.stderr)
+            return 2
+        print(shlex.join(engine_args(render_docs(values_from(path)))))
+        return 0
     if args.action == "render":
         return _render_all(args.out)
     if args.action == "sim-renders":

@@ -7,11 +7,20 @@
 2. Decision time over a 397B-sized synthetic description (60 layers x 512 experts, ~155k keys):
    the patch's fallback decision for every MoE layer (60 + the MTP layer, first call building the
    per-description index), the preflight's raising variant, and the MTP question. Goal < 1 s.
+3. Plain decode's memory traffic per GDN layer and step, copy route vs in place
+   (``gdn_decode_state_layout.decode_traffic``: the kernels' loads and stores, plus the copy
+   route's four state-sized passes), at batch 1, 32 and 128 for the 35B and 397B profiles (value
+   and key heads per TP rank, 128x128, the chart's bf16 SSM state). The model is checked here
+   against the bytes Triton's CPU interpreter counts for the in-place kernel on a 35B-shaped
+   batch (fixtures/triton_interpreter.py; the tests check the copy route's too). Goal: the in-place
+   state bytes equal the replaced kernel's own read and write (2 x N x HV x V x K x itemsize) and
+   the in-place total is at most a quarter of the copy route's.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import shutil
 import statistics
 import subprocess
@@ -19,8 +28,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from tools.paths import REPO
+from fixtures.checkpoints import COMMON, SIZES
+from fixtures.triton_interpreter import count_bytes, interpreter
+from qwen_npu.checkpoint import modelslim_desc as md
+from qwen_npu.patches.fixes import gdn_decode_state_layout as gdn
+from tools import chart as chart_tool
+from tools.paths import CHART_VALUES, REPO
 
 PTH = REPO / "qwen_npu" / "patches" / "qwen_npu_patches.pth"
 
@@ -119,7 +134,6 @@ def big_description() -> dict[str, str]:
 
 
 def decisions() -> dict[str, float]:
-    from qwen_npu.checkpoint import modelslim_desc as md
 
     desc = big_description()
     prefixes = [f"model.language_model.layers.{i}.mlp.experts" for i in range(60)]
@@ -146,7 +160,143 @@ def decisions() -> dict[str, float]:
     }
 
 
-def report(s: dict[str, float], d: dict[str, float]) -> str:
+#: model size (fixtures/checkpoints.py) -> chart profile (its TP and SSM dtype)
+TRAFFIC_MODELS = {
+    "35B-A3B": "qwen3.5-35b-a3b-w8a8.yaml",
+    "397B-A17B": "qwen3.5-397b-a17b-w8a8.yaml",
+}
+TRAFFIC_BATCHES = (1, 32, 128)
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _shape(size: str) -> dict[str, int]:
+    """Per TP rank: key heads, value heads, V, K, GDN layers, state and activation itemsizes."""
+    config = {**COMMON, **SIZES[size]}
+    values = chart_tool.values_from(CHART_VALUES, chart_tool.PROFILES_DIR / TRAFFIC_MODELS[size])
+    tp = int(values["engine"]["tpSize"])
+    layers = int(config["num_hidden_layers"])
+    return {
+        "tp": tp,
+        "heads": int(config["linear_num_key_heads"]) // tp,
+        "value_heads": int(config["linear_num_value_heads"]) // tp,
+        "v": int(config["linear_value_head_dim"]),
+        "k": int(config["linear_key_head_dim"]),
+        "gdn_layers": layers - layers // int(config["full_attention_interval"]),
+        "state": ITEMSIZE[str(values["engine"]["mambaSsmDtype"])],
+        "io": ITEMSIZE[str(values["engine"].get("dtype") or "bfloat16")],
+    }
+
+
+def _sizes(shape: dict[str, int]) -> dict[str, int]:
+    """Itemsizes: activations and the layer's A_log/dt_bias in the model dtype, int32 indices."""
+    io = shape["io"]
+    return {"state": shape["state"], "q": io, "k": io, "v": io, "o": io, "a": io, "b": io,
+            "A_log": io, "dt_bias": io, "indices": 4, "cu_seqlens": 4}  # fmt: skip
+
+
+def traffic() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for size in TRAFFIC_MODELS:
+        shape = _shape(size)
+        dims = {key: shape[key] for key in ("heads", "value_heads", "v", "k")}
+        for batch in TRAFFIC_BATCHES:
+            copy = gdn.decode_traffic(gdn.COPY, batch=batch, sizes=_sizes(shape), **dims)
+            in_place = gdn.decode_traffic(gdn.IN_PLACE, batch=batch, sizes=_sizes(shape), **dims)
+            own_state = 2 * batch * shape["value_heads"] * shape["v"] * shape["k"] * shape["state"]
+            rows.append({
+                "model": size, "batch": batch, **shape,
+                "copy": sum(copy.values()), "in_place": sum(in_place.values()),
+                "in_place_state": in_place["state_read"] + in_place["state_write"],
+                "own_state": own_state,
+            })  # fmt: skip
+    return rows
+
+
+def traffic_check() -> str:
+    """The in-place kernel's bytes under Triton's interpreter vs the model: a 35B-shaped batch
+    of 3 (one padded slot), 128x128 bf16 states."""
+
+    # lazy: the engine's stack (torch, SGLang), not the base install's
+    import torch
+
+    shape = _shape("35B-A3B")
+    heads, value_heads, v, k = shape["heads"], shape["value_heads"], shape["v"], shape["k"]
+    sys.modules.pop(gdn.V_MAJOR_MODULE, None)
+    with interpreter():
+        kernel = getattr(importlib.import_module(gdn.V_MAJOR_MODULE), gdn.V_MAJOR_KERNEL)
+        g = torch.Generator().manual_seed(0)
+        bf16 = torch.bfloat16
+        n = 3
+        t = {
+            "state": torch.randn(n + 2, value_heads, v, k, generator=g).to(bf16),
+            "q": torch.randn(1, n, heads, k, generator=g).to(bf16),
+            "k": torch.randn(1, n, heads, k, generator=g).to(bf16),
+            "v": torch.randn(1, n, value_heads, v, generator=g).to(bf16),
+            "a": torch.randn(n, value_heads, generator=g).to(bf16),
+            "b": torch.randn(n, value_heads, generator=g).to(bf16),
+            "A_log": torch.randn(value_heads, generator=g).to(bf16),
+            "dt_bias": torch.randn(value_heads, generator=g).to(bf16),
+            "indices": torch.tensor([3, -1, 1], dtype=torch.int32),
+            "cu_seqlens": torch.arange(n + 1, dtype=torch.int32),
+        }
+        with count_bytes(t) as got:
+            kernel(t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, t["q"], t["k"], t["v"], t["b"],
+                   t["state"], t["indices"], cu_seqlens=t["cu_seqlens"],
+                   use_qk_l2norm_in_kernel=True)  # fmt: skip
+    model = gdn.decode_traffic(gdn.IN_PLACE, batch=n, heads=heads, value_heads=value_heads, v=v,
+                               k=k, sizes=_sizes(shape), stored=2)  # fmt: skip
+    counted = {
+        "state_read": got["state:load"], "state_write": got["state:store"],
+        "q": got["q:load"], "k": got["k:load"], "v": got["v:load"], "o": got["other:store"],
+        "gating": sum(got[f"{x}:load"] for x in ("a", "b", "A_log", "dt_bias")),
+        "indices": got["indices:load"] + got["cu_seqlens:load"], "copies": 0,
+    }  # fmt: skip
+    if counted != model:
+        raise SystemExit(f"perf-patches: the traffic model {model} != the interpreter's {counted}")
+    return f"equal ({sum(counted.values()):,} B for batch {n}, one slot padded)"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def traffic_report(rows: list[dict[str, Any]], checked: str) -> list[str]:
+    lines = [
+        "",
+        "## Plain decode (MTP off): memory traffic per GDN layer and step",
+        "",
+        "`gdn-decode-state-layout`'s two routes (`patches.gdnDecodeRoute`), from the kernels' "
+        "loads and stores (`decode_traffic`); per TP rank, 128x128 states, bf16.",
+        "",
+        "| model (TP) | batch | copy route | in place | in place / copy | in-place state vs "
+        "the kernel's own 2 x N x HV x V x K x itemsize | per step in place / copy "
+        "(x GDN layers) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = r["in_place"] / r["copy"]
+        same = r["in_place_state"] == r["own_state"]
+        layers = r["gdn_layers"]
+        lines.append(
+            f"| {r['model']} (TP {r['tp']}: {r['value_heads']} value heads, {r['heads']} key) "
+            f"| {r['batch']} | {_mib(r['copy'])} | {_mib(r['in_place'])} | {ratio:.3f} "
+            f"{'PASS' if ratio <= 0.25 else 'MISS'} | {_mib(r['in_place_state'])} "
+            f"{'= PASS' if same else '!= MISS'} | "
+            f"{_mib(r['in_place'] * layers)} / {_mib(r['copy'] * layers)} "
+            f"({layers}) |"
+        )
+    lines += [
+        "",
+        "Model vs Triton's interpreter (the in-place kernel's counted loads and stores): "
+        f"{checked}.",
+        "Token rows (q, k, v, o) and gating are the same on both routes: the replaced kernel "
+        "loads and stores them too. Bytes, not time: TPOT before/after is for the target.",
+        "",
+    ]
+    return lines
+
+
+def report(s: dict[str, float], d: dict[str, float], t: list[str] | None = None) -> str:
     def ok(flag: bool) -> str:
         return "PASS" if flag else "MISS"
 
@@ -177,7 +327,7 @@ def report(s: dict[str, float], d: dict[str, float]) -> str:
             "",
             "The start-up difference is measured with subprocesses on a shared machine; the "
             "import-time figure is the hook's own cost without process-start noise.",
-            "",
+            *(t or [""]),
         ]
     )
 
@@ -187,7 +337,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--out", type=Path, default=REPO / "out" / "perf" / "patches.md")
     args = parser.parse_args()
-    text = report(startup(args.runs), decisions())
+    text = report(startup(args.runs), decisions(), traffic_report(traffic(), traffic_check()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)

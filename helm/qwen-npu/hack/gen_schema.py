@@ -10,7 +10,8 @@ values file is the one source: each key's type comes from its default, its descr
     python helm/qwen-npu/hack/gen_schema.py --check   # exit 1 when either is stale
 
 Every leaf value must carry a `# --` description; a missing one is an error naming the key.
-`patches.disabled` takes the patch names of qwen_npu/patches/registry.py (the one patch list).
+`patches.disabled` takes the patch names of qwen_npu/patches/registry.py (the one patch list);
+`mtp.numDraftTokens`'s maximum is qwen_npu/hardware/chips.py's VERIFY_MAX_DRAFT_TOKENS.
 """
 
 from __future__ import annotations
@@ -139,6 +140,11 @@ def build_schema(values_text: str) -> dict[str, Any]:
 
     disabled = root["properties"]["patches"]["properties"]["disabled"]
     disabled["items"] = {"type": "string", "enum": [p.name for p in PATCHES]}
+    # The verify op's draft limit is a hardware fact of qwen_npu/hardware/chips.py, preflight's too.
+    from qwen_npu.hardware.chips import VERIFY_MAX_DRAFT_TOKENS
+
+    draft = root["properties"]["mtp"]["properties"]["numDraftTokens"]
+    draft["maximum"] = VERIFY_MAX_DRAFT_TOKENS
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "qwen-npu chart values",

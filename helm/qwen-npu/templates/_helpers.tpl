@@ -78,26 +78,13 @@ app.kubernetes.io/component: router
 {{- end }}
 
 {{- /*
-The startup budget is one value, engine.startupBudgetSeconds (docs/chart.md "Probes"). The alert
-threshold monitoring.prometheusRule.thresholds.startupBudgetSeconds is a deprecated alias: 0 (the
-default) follows the budget; a non-zero value still sets the QwenNpuStartupSlow threshold alone,
-and NOTES.txt warns. prometheusrule.yaml and configmap-dashboards.yaml fill the
-${thresholds.startupBudgetSeconds} placeholder from "qwen-npu.startupAlertSeconds".
+The startup budget is one value, engine.startupBudgetSeconds (docs/chart.md "Probes"): the
+kubelet's startup probe, the sidecar's budget and the QwenNpuStartupSlow threshold all read it.
+prometheusrule.yaml and configmap-dashboards.yaml fill the ${thresholds.startupBudgetSeconds}
+placeholder from "qwen-npu.startupAlertSeconds".
 */}}
 {{- define "qwen-npu.startupAlertSeconds" -}}
-{{- $old := int (default 0 .Values.monitoring.prometheusRule.thresholds.startupBudgetSeconds) -}}
-{{- if gt $old 0 -}}
-{{- $old -}}
-{{- else -}}
 {{- int .Values.engine.startupBudgetSeconds -}}
-{{- end -}}
-{{- end }}
-
-{{- define "qwen-npu.startupAliasWarning" -}}
-{{- $old := int (default 0 .Values.monitoring.prometheusRule.thresholds.startupBudgetSeconds) -}}
-{{- if gt $old 0 -}}
-WARNING: monitoring.prometheusRule.thresholds.startupBudgetSeconds is deprecated. QwenNpuStartupSlow fires after {{ $old }} s while the kubelet and the sidecar allow engine.startupBudgetSeconds = {{ int .Values.engine.startupBudgetSeconds }} s. Set engine.startupBudgetSeconds (the one startup budget) and remove the old key.
-{{- end -}}
 {{- end }}
 
 {{/* The engine pods' ServiceAccount. */}}
@@ -144,8 +131,9 @@ appVersion. tagSuffix picks a chip build of the same version (the A3 engine imag
 The engine's arguments (the image's ENTRYPOINT runs `python3 -m sglang.launch_server "$@"`): the
 one place the engine's command line is built. One flag or value per line, in the documented order
 (docs/chart.md); the preflight init container gets the same lines after --engine-args and reads
-them by SGLang's flag names. MTP off drops every --speculative-* flag. There is deliberately no
---speculative-draft-model-quantization: the patches make the plain command line work.
+them by SGLang's flag names. MTP off drops every --speculative-* flag.
+--speculative-draft-model-quantization only from mtp.draftQuantization (off by default: the patches
+make the plain command line work, and `unquant` is wrong for a checkpoint with a quantized MTP).
 */}}
 {{- define "qwen-npu.engineArgs" -}}
 {{- $e := .Values.engine }}
@@ -190,6 +178,10 @@ them by SGLang's flag names. MTP off drops every --speculative-* flag. There is 
 - {{ .Values.mtp.eagleTopk | quote }}
 - --speculative-num-draft-tokens
 - {{ .Values.mtp.numDraftTokens | quote }}
+{{- with .Values.mtp.draftQuantization }}
+- --speculative-draft-model-quantization
+- {{ . | quote }}
+{{- end }}
 {{- end }}
 - --enable-metrics
 - --host
@@ -301,6 +293,8 @@ unique prefix) or written `--flag=value`. Maps flag -> the value to set instead.
   "--mamba-ssm-dtype" "engine.mambaSsmDtype"
   "--mem-fraction-static" "engine.memFractionStatic"
   "--speculative-algorithm" "mtp.enabled and mtp.algorithm"
+  "--speculative-num-draft-tokens" "mtp.numDraftTokens"
+  "--speculative-draft-model-quantization" "mtp.draftQuantization"
 ) }}
 {{- end }}
 
@@ -469,9 +463,69 @@ sending), the longest request, SGLang's exit (its watchdog looks every 5 s, then
   value: {{ include "qwen-npu.stateDir" . | quote }}
 - name: QWEN_NPU_DISABLE_PATCHES
   value: {{ join "," .Values.patches.disabled | quote }}
+- name: QWEN_NPU_GDN_DECODE_ROUTE
+  value: {{ .Values.patches.gdnDecodeRoute | quote }}
+{{- /* The driver check (entrypoint and preflight): where version.info is, the label to name. */}}
+- name: QWEN_NPU_DRIVER_VERSION_FILE
+  value: {{ .Values.npu.driverVersionFile | quote }}
+- name: QWEN_NPU_HDK_NODE_LABEL
+  value: {{ .Values.scheduling.driverVersion.nodeLabel | quote }}
 {{- if .Values.engine.mambaSsmDtype }}
 - name: SGLANG_MAMBA_SSM_DTYPE
   value: {{ .Values.engine.mambaSsmDtype | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The engine pods' securityContext: podSecurityContext plus npu.deviceGroupId in supplementalGroups
+(the group that owns /dev/davinci*: the engine runs as a non-root uid with every capability dropped).
+*/}}
+{{- define "qwen-npu.enginePodSecurityContext" -}}
+{{- $sc := deepCopy (default (dict) .Values.podSecurityContext) }}
+{{- $gid := int .Values.npu.deviceGroupId }}
+{{- if gt $gid 0 }}
+{{- $groups := default (list) (get $sc "supplementalGroups") }}
+{{- $seen := false }}
+{{- range $groups }}
+{{- if eq (int .) $gid }}
+{{- $seen = true }}
+{{- end }}
+{{- end }}
+{{- if not $seen }}
+{{- $groups = append $groups $gid }}
+{{- end }}
+{{- $_ := set $sc "supplementalGroups" $groups }}
+{{- end }}
+{{- toYaml $sc }}
+{{- end }}
+
+{{/*
+The engine pods' affinity: scheduling.affinity, plus (scheduling.driverVersion.values set) the
+node label stating a supported driver, required in every node-selector term.
+*/}}
+{{- define "qwen-npu.engineAffinity" -}}
+{{- $aff := deepCopy (default (dict) .Values.scheduling.affinity) }}
+{{- $d := .Values.scheduling.driverVersion }}
+{{- if $d.values }}
+{{- $expr := dict "key" $d.nodeLabel "operator" "In" "values" $d.values }}
+{{- $node := default (dict) (get $aff "nodeAffinity") }}
+{{- $req := default (dict) (get $node "requiredDuringSchedulingIgnoredDuringExecution") }}
+{{- $terms := default (list) (get $req "nodeSelectorTerms") }}
+{{- if not $terms }}
+{{- $terms = list (dict) }}
+{{- end }}
+{{- $out := list }}
+{{- range $terms }}
+{{- $t := deepCopy . }}
+{{- $_ := set $t "matchExpressions" (append (default (list) (get $t "matchExpressions")) $expr) }}
+{{- $out = append $out $t }}
+{{- end }}
+{{- $_ := set $req "nodeSelectorTerms" $out }}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $req }}
+{{- $_ := set $aff "nodeAffinity" $node }}
+{{- end }}
+{{- if $aff }}
+{{- toYaml $aff }}
 {{- end }}
 {{- end }}
 

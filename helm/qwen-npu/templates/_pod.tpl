@@ -84,13 +84,13 @@ spec:
   tolerations:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with $v.scheduling.affinity }}
+  {{- with include "qwen-npu.engineAffinity" $root }}
   affinity:
-    {{- toYaml . | nindent 4 }}
+    {{- . | nindent 4 }}
   {{- end }}
-  {{- with $v.podSecurityContext }}
+  {{- with include "qwen-npu.enginePodSecurityContext" $root }}
   securityContext:
-    {{- toYaml . | nindent 4 }}
+    {{- . | nindent 4 }}
   {{- end }}
   {{- if or $v.preflight.enabled $serving (include "qwen-npu.fetchEnabled" $root) }}
   initContainers:
@@ -118,6 +118,13 @@ spec:
         - name: model
           mountPath: {{ $v.model.mountPath }}
           readOnly: true
+        {{- if eq $v.npu.runtime "hostPath" }}
+        {{- /* Only the driver's version.info, for preflight's driver check (no NPU, no library). */}}
+        - name: ascend-driver
+          mountPath: {{ $v.npu.driverVersionFile }}
+          subPath: version.info
+          readOnly: true
+        {{- end }}
   {{- end }}
     {{- if $serving }}
     - name: sidecar

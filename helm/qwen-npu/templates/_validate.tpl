@@ -122,7 +122,7 @@ abbreviated, since argparse accepts any unique prefix, or written `--flag=value`
 {{- $p = concat $p (splitList "\n" $line) }}
 {{- end }}
 {{- end }}
-{{- range $name, $instead := dict "QWEN_NPU_DISABLE_PATCHES" "patches.disabled" "SGLANG_MAMBA_SSM_DTYPE" "engine.mambaSsmDtype" "QWEN_NPU_CHIP" "npu.chip" "SGLANG_SET_CPU_AFFINITY" "engine.cpuAffinity" "QWEN_NPU_EXPECTED_NPUS" "engine.tpSize and engine.nodes" "HCCL_SOCKET_IFNAME" "network.hcclSocketIfname" "GLOO_SOCKET_IFNAME" "network.glooSocketIfname" "HCCL_IF_IP" "network.hcclIfIpFromPodIp" }}
+{{- range $name, $instead := dict "QWEN_NPU_DISABLE_PATCHES" "patches.disabled" "QWEN_NPU_GDN_DECODE_ROUTE" "patches.gdnDecodeRoute" "SGLANG_MAMBA_SSM_DTYPE" "engine.mambaSsmDtype" "QWEN_NPU_CHIP" "npu.chip" "SGLANG_SET_CPU_AFFINITY" "engine.cpuAffinity" "QWEN_NPU_EXPECTED_NPUS" "engine.tpSize and engine.nodes" "HCCL_SOCKET_IFNAME" "network.hcclSocketIfname" "GLOO_SOCKET_IFNAME" "network.glooSocketIfname" "HCCL_IF_IP" "network.hcclIfIpFromPodIp" }}
 {{- if hasKey $v.engine.ascendEnv $name }}
 {{- $p = append $p (printf "engine.ascendEnv sets %s: set %s instead (the chart renders it for the engine and preflight alike)" $name $instead) }}
 {{- end }}
@@ -134,6 +134,15 @@ abbreviated, since argparse accepts any unique prefix, or written `--flag=value`
 {{- end }}
 {{- if and $v.mtp.enabled (lt (int $v.mtp.numDraftTokens) 2) }}
 {{- $p = append $p "mtp.numDraftTokens must be at least 2 with MTP on (one verified token plus drafts); or set mtp.enabled=false" }}
+{{- end }}
+{{- /* The driver label (issue 33): a rule without a label, or a value that is no MAJOR.MINOR. */}}
+{{- if and $v.scheduling.driverVersion.values (not $v.scheduling.driverVersion.nodeLabel) }}
+{{- $p = append $p "scheduling.driverVersion.values is set but scheduling.driverVersion.nodeLabel is empty: name the node label that states the HDK (e.g. qwen-npu.io/ascend-hdk)" }}
+{{- end }}
+{{- range $v.scheduling.driverVersion.values }}
+{{- if not (regexMatch "^[0-9]+\\.[0-9]+$" (toString .)) }}
+{{- $p = append $p (printf "scheduling.driverVersion.values has %q: each entry is an HDK MAJOR.MINOR as the node label states it (e.g. \"25.2\")" (toString .)) }}
+{{- end }}
 {{- end }}
 {{- /* Multi-node wiring (issue 14): HCCL and Gloo need the NIC between the nodes. */}}
 {{- if and (gt $nodes 1) (not $v.network.hcclSocketIfname) }}

@@ -144,6 +144,7 @@ def _load() -> Any:
 
 def _probe(module: Any) -> core.Probe:
     """Run SGLang's caller on tiny CPU tensors; does it pass ``h_block_size`` by itself?"""
+    # lazy: the engine's stack (torch, SGLang), not the base install's
     import torch
 
     calls: list[dict[str, Any]] = []

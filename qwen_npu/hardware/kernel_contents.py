@@ -1,0 +1,415 @@
+"""Does the installed sgl-kernel-npu hold what SGLang's Qwen3.5/3.6 path imports and calls?
+
+Why this exists: the engine image installs sgl-kernel-npu from a release zip chosen by version,
+torch, Python, CANN, chip and CPU architecture. A wrong asset, an overridden version or a release
+from before sgl-kernel-npu PR #740 builds fine and fails at the first model load: SGLang 0.5.23
+imports ``sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized`` (plain decode),
+``sgl_kernel_npu.activation.fused_sigmoid_mul`` and ``sgl_kernel_npu.fla.chunk`` at module level,
+and its GDN backend calls ``torch.ops.npu.chunk_gated_delta_rule(..., chunk_state=h)`` and
+``torch.ops.npu.recurrent_gated_delta_rule(...)``, ops that ``libsgl_kernel_npu.so`` registers.
+
+What is checked, without an NPU (the image build has none): the list is SGLang's own, read from the
+installed SGLang with ``ast`` (no import): every module-level ``from sgl_kernel_npu... import ...``
+of the files in ``PATH_FILES`` (imports inside a ``try`` that catches ImportError are optional and
+skipped, as SGLang skips them), and every ``torch.ops.npu.<op>(...)`` call of ``GDN_BACKEND`` with
+the keyword arguments SGLang passes. Against the kernel package: each module is a file of it, each
+imported name is defined in that file, and each op's schema (the ``TORCH_LIBRARY`` schema text is a
+string in the compiled library) exists and names every keyword SGLang passes. The kernel package
+is read either installed (``--site``, the default: this interpreter's site-packages) or straight
+from a release zip (``--zip``: the wheels inside it), before anything is installed.
+
+At engine start (``--registered``): the same ops are looked up in ``torch.ops.npu`` after importing
+torch_npu and sgl_kernel_npu, which only the NPU node can do; one line says which is not registered.
+
+Output: one line on stdout (``qwen_npu.hardware level=... event=kernel_contents_ok|..._missing``),
+the details on stderr; exit 0, 1 (something missing), 2 (bad input). Standard library only, except
+``--registered``, which imports torch in the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import io
+import re
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from qwen_npu.log import line
+
+PART = "hardware"
+KERNEL_PACKAGE = "sgl_kernel_npu"
+#: The SGLang files on the Qwen3.5/3.6 Ascend path whose module-level sgl_kernel_npu imports run
+#: when the model loads (models/qwen3_5.py, the GDN backends and kernels).
+PATH_FILES = (
+    "sglang/srt/models/qwen3_5.py",
+    "sglang/srt/layers/attention/linear/gdn_backend.py",
+    "sglang/srt/layers/attention/linear/kernels/gdn_triton.py",
+    "sglang/srt/hardware_backend/npu/attention/ascend_gdn_backend.py",
+    "sglang/srt/hardware_backend/npu/attention/ascend_hybrid_linear_attn_backend.py",
+)
+#: The file whose ``torch.ops.npu.<op>(...)`` calls are the GDN path's AscendC ops.
+GDN_BACKEND = "sglang/srt/hardware_backend/npu/attention/ascend_gdn_backend.py"
+#: The packages of the release zip's wheels whose compiled libraries may register the ops.
+LIBRARY_PACKAGES = ("sgl_kernel_npu", "attentions")
+
+
+@dataclass(frozen=True)
+class Need:
+    """One thing SGLang needs: a module and the names it imports from it."""
+
+    module: str
+    names: tuple[str, ...]
+    source: str  # the SGLang file and line
+
+
+@dataclass(frozen=True)
+class OpCall:
+    name: str
+    keywords: tuple[str, ...]
+    source: str
+
+
+@dataclass
+class Verdict:
+    missing: list[str] = field(default_factory=list)
+    checked: int = 0
+
+
+class InputError(Exception):
+    """Bad input: a path that is not there, a file that is not what it should be."""
+
+
+# ------------------------------------------------------------------------- what SGLang needs
+
+
+def _optional(handlers: Iterable[ast.ExceptHandler]) -> bool:
+    for handler in handlers:
+        names = []
+        if isinstance(handler.type, ast.Name):
+            names = [handler.type.id]
+        elif isinstance(handler.type, ast.Tuple):
+            names = [e.id for e in handler.type.elts if isinstance(e, ast.Name)]
+        if handler.type is None or {"ImportError", "ModuleNotFoundError", "Exception"} & set(names):
+            return True
+    return False
+
+
+def _module_level(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """Statements that run at import: the body and its if/else branches, not try-optional ones."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.If):
+            yield from _module_level(stmt.body)
+            yield from _module_level(stmt.orelse)
+        elif isinstance(stmt, ast.Try) and not _optional(stmt.handlers):
+            yield from _module_level(stmt.body)
+
+
+def sglang_needs(sglang_root: Path) -> list[Need]:
+    """The sgl_kernel_npu modules and names PATH_FILES import at module level."""
+    needs = []
+    for rel in PATH_FILES:
+        path = sglang_root / rel
+        tree = _parse(path)
+        for stmt in _module_level(tree.body):
+            if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").split(".")[0] == (
+                KERNEL_PACKAGE
+            ):
+                names = tuple(a.name for a in stmt.names if a.name != "*")
+                needs.append(Need(str(stmt.module), names, f"{rel}:{stmt.lineno}"))
+            elif isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    if alias.name.split(".")[0] == KERNEL_PACKAGE:
+                        needs.append(Need(alias.name, (), f"{rel}:{stmt.lineno}"))
+    return needs
+
+
+def sglang_op_calls(sglang_root: Path) -> list[OpCall]:
+    """Every ``torch.ops.npu.<op>(...)`` call of the GDN backend, with its keywords."""
+    calls: dict[str, OpCall] = {}
+    for node in ast.walk(_parse(sglang_root / GDN_BACKEND)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "npu"
+            and isinstance(func.value.value, ast.Attribute)
+            and func.value.value.attr == "ops"
+        ):
+            keywords = {k.arg for k in node.keywords if k.arg}
+            seen = calls.get(func.attr)
+            if seen:
+                keywords |= set(seen.keywords)
+            source = seen.source if seen else f"{GDN_BACKEND}:{node.lineno}"
+            calls[func.attr] = OpCall(func.attr, tuple(sorted(keywords)), source)
+    return list(calls.values())
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_text(), filename=str(path))
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot read ({exc.strerror}); is SGLang installed there?"
+        ) from exc
+    except SyntaxError as exc:
+        raise InputError(f"{path}: not Python ({exc.msg}, line {exc.lineno})") from exc
+
+
+# ----------------------------------------------------------------------- what the kernel holds
+
+
+class KernelFiles:
+    """The kernel packages' files, by path relative to site-packages (``sgl_kernel_npu/x.py``)."""
+
+    def __init__(self, files: dict[str, bytes | Path]) -> None:
+        self._files = files
+
+    @classmethod
+    def from_site(cls, site: Path) -> KernelFiles:
+        if not (site / KERNEL_PACKAGE).is_dir():
+            return cls({})
+        files: dict[str, bytes | Path] = {}
+        for package in LIBRARY_PACKAGES:
+            root = site / package
+            if root.is_dir():
+                for path in root.rglob("*"):
+                    if path.is_file() and path.suffix in (".py", ".so"):
+                        files[path.relative_to(site).as_posix()] = path
+        return cls(files)
+
+    @classmethod
+    def from_zip(cls, zip_path: Path) -> KernelFiles:
+        """The files of every wheel inside a release zip (read in memory, nothing installed)."""
+        files: dict[str, bytes | Path] = {}
+        try:
+            outer = zipfile.ZipFile(zip_path)
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{zip_path}: not a readable zip ({exc})") from exc
+        with outer:
+            wheels = [n for n in outer.namelist() if n.endswith(".whl")]
+            if not wheels:
+                raise InputError(
+                    f"{zip_path}: holds no wheel; is it the sgl-kernel-npu release zip?"
+                )
+            for name in wheels:
+                with zipfile.ZipFile(io.BytesIO(outer.read(name))) as wheel:
+                    for member in wheel.namelist():
+                        top = PurePosixPath(member).parts[0]
+                        if top in LIBRARY_PACKAGES and member.endswith((".py", ".so")):
+                            files[member] = wheel.read(member)
+        return cls(files)
+
+    def read(self, rel: str) -> bytes:
+        item = self._files[rel]
+        return item.read_bytes() if isinstance(item, Path) else item
+
+    def module_file(self, module: str) -> str | None:
+        base = module.replace(".", "/")
+        for rel in (f"{base}.py", f"{base}/__init__.py"):
+            if rel in self._files:
+                return rel
+        prefix = base + "."
+        return next((r for r in self._files if r.startswith(prefix) and r.endswith(".so")), None)
+
+    def libraries(self) -> list[str]:
+        return sorted(r for r in self._files if r.endswith(".so"))
+
+    def __bool__(self) -> bool:
+        return bool(self._files)
+
+
+def _defined(source: bytes) -> tuple[set[str], bool]:
+    """Top-level names a module defines, and whether it may define more (``*``, ``__getattr__``)."""
+    tree = ast.parse(source)
+    names: set[str] = set()
+    open_ended = False
+    for stmt in _module_level(tree.body):
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(stmt.name)
+            open_ended |= stmt.name == "__getattr__"
+        elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                for node in ast.walk(target):
+                    if isinstance(node, ast.Name):
+                        names.add(node.id)
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            for alias in stmt.names:
+                if alias.name == "*":
+                    open_ended = True
+                else:
+                    names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(stmt, ast.Try):  # names bound in an optional try are bound too
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.FunctionDef | ast.ClassDef):
+                    names.add(sub.name)
+                elif isinstance(sub, ast.alias):
+                    names.add(sub.asname or sub.name.split(".")[0])
+    return names, open_ended
+
+
+def _schema_pattern(op: str) -> re.Pattern[bytes]:
+    return re.compile(
+        rb"(?<![A-Za-z0-9_])"
+        + re.escape(op.encode())
+        + rb"\(((?:[^()\x00]|\([^()\x00]*\))*)\)\s*->"
+    )
+
+
+def _args_of(schema: bytes) -> list[str]:
+    names = []
+    for arg in schema.decode(errors="replace").split(","):
+        arg = arg.split("=", 1)[0].strip()
+        if arg and arg != "*":
+            names.append(arg.split()[-1])
+    return names
+
+
+def op_schemas(libraries: Iterable[bytes], ops: Sequence[str]) -> dict[str, list[str]]:
+    """The argument names of each op's TORCH_LIBRARY schema as compiled in (absent ops left out).
+    Each library is searched once, so one large ``.so`` at a time is in memory."""
+    found: dict[str, list[str]] = {}
+    patterns = {op: _schema_pattern(op) for op in ops}
+    for data in libraries:
+        for op, pattern in patterns.items():
+            if op not in found and (match := pattern.search(data)) is not None:
+                found[op] = _args_of(match.group(1))
+        del data
+    return found
+
+
+def check(sglang_root: Path, kernel: KernelFiles) -> Verdict:
+    verdict = Verdict()
+    if not kernel:
+        verdict.missing.append(f"the {KERNEL_PACKAGE} package itself (no {KERNEL_PACKAGE}/ found)")
+        return verdict
+    for need in sglang_needs(sglang_root):
+        verdict.checked += 1
+        rel = kernel.module_file(need.module)
+        if rel is None:
+            verdict.missing.append(f"module {need.module} (imported by SGLang at {need.source})")
+            continue
+        if not rel.endswith(".py") or not need.names:
+            continue
+        defined, open_ended = _defined(kernel.read(rel))
+        absent = [n for n in need.names if n not in defined]
+        if absent and not open_ended:
+            verdict.missing.append(
+                f"{need.module}.{','.join(absent)} (imported by SGLang at {need.source})"
+            )
+    calls = sglang_op_calls(sglang_root)
+    schemas = op_schemas((kernel.read(rel) for rel in kernel.libraries()), [c.name for c in calls])
+    for call in calls:
+        verdict.checked += 1
+        args = schemas.get(call.name)
+        if args is None:
+            verdict.missing.append(
+                f"op torch.ops.npu.{call.name} (called at {call.source}): no schema in "
+                f"{', '.join(kernel.libraries()) or 'any compiled library of the kernel package'}"
+            )
+            continue
+        absent = [k for k in call.keywords if k not in args]
+        if absent:
+            verdict.missing.append(
+                f"op torch.ops.npu.{call.name} argument(s) {','.join(absent)} (passed at "
+                f"{call.source}; the compiled schema has {','.join(args)})"
+            )
+    return verdict
+
+
+# -------------------------------------------------------------------- registered at engine start
+
+
+def registered_missing(ops: Sequence[str]) -> list[str]:
+    """The ops of ``ops`` that ``torch.ops.npu`` does not have once the NPU stack is imported."""
+
+    # lazy: the engine's stack (torch, SGLang), not the base install's
+    import torch
+
+    importlib.import_module("torch_npu")
+    importlib.import_module(KERNEL_PACKAGE)  # loads libsgl_kernel_npu.so (its TORCH_LIBRARY)
+    return [op for op in ops if not hasattr(torch.ops.npu, op)]
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def _site() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qwen_npu.hardware.kernel_contents")
+    parser.add_argument("--site", type=Path, help="site-packages holding sglang and the kernel")
+    parser.add_argument("--zip", type=Path, help="read the kernel from this release zip instead")
+    parser.add_argument(
+        "--registered", action="store_true", help="engine start: the ops are in torch.ops.npu"
+    )
+    args = parser.parse_args(argv)
+    site = args.site or _site()
+    try:
+        if args.registered:
+            ops = [c.name for c in sglang_op_calls(site)]
+            try:
+                missing = registered_missing(ops)
+            except ImportError as exc:
+                print(
+                    line(
+                        PART,
+                        "error",
+                        "npu_ops_unavailable",
+                        error=str(exc),
+                        next="the engine image's torch_npu / sgl_kernel_npu do not import",
+                    )
+                )
+                return 1
+            if missing:
+                print(
+                    line(
+                        PART,
+                        "error",
+                        "npu_op_missing",
+                        ops=",".join(missing),
+                        next=f"the installed {KERNEL_PACKAGE} does not register them: rebuild "
+                        "the image with the pinned release (docs/images.md)",
+                    )
+                )
+                return 1
+            print(line(PART, "info", "npu_ops_registered", ops=",".join(ops)))
+            return 0
+        kernel = KernelFiles.from_zip(args.zip) if args.zip else KernelFiles.from_site(site)
+        verdict = check(site, kernel)
+    except InputError as exc:
+        print(line(PART, "error", "kernel_contents_bad_input", detail=str(exc)))
+        return 2
+    where = str(args.zip or site)
+    for item in verdict.missing:
+        print(f"missing: {item}", file=sys.stderr)
+    if verdict.missing:
+        print(
+            line(
+                PART,
+                "error",
+                "kernel_contents_missing",
+                kernel=where,
+                missing="; ".join(verdict.missing),
+                next="the kernel release does not hold what SGLang imports: check "
+                "SGL_KERNEL_NPU_VERSION, CHIP and the asset (docs/images.md)",
+            )
+        )
+        return 1
+    print(line(PART, "info", "kernel_contents_ok", kernel=where, checked=verdict.checked))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

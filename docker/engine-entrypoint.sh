@@ -211,9 +211,15 @@ qwen_npu_verify_patches() {
 # The AscendC ops SGLang's GDN path calls (torch.ops.npu.chunk_gated_delta_rule, ...): registered
 # once torch_npu and sgl_kernel_npu are imported, else one line naming the missing ones and exit 7.
 # The image build read the kernel's files (qwen_npu.hardware.kernel_contents); only the node can
-# load its library. Details are kept beside the patch check's log.
+# load its library. Details are kept beside the patch check's log. A container without NPU device
+# nodes (the CPU stand-in image, SGLang on its CPU path) has no NPU ops to load: one line says so.
 qwen_npu_check_ops() {
-    local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line
+    local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line node
+    for node in "${QWEN_NPU_DEV_DIR:-/dev}"/davinci[0-9]*; do
+        if [ -e "$node" ]; then break; fi
+        echo "qwen-npu-entrypoint level=info event=npu_ops_check_skipped reason=\"no NPU device nodes in ${QWEN_NPU_DEV_DIR:-/dev}: not an NPU container\"" >&2
+        return 0
+    done
     mkdir -p "$dir" 2>/dev/null || true
     if [ ! -w "$dir" ]; then dir=/tmp; fi
     out="$dir/npu-ops.log"

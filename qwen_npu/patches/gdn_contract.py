@@ -387,18 +387,6 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
 # --- ssm_dtype ----------------------------------------------------------------------------------
 
 
-def _flag(argv: Sequence[str], *names: str) -> str | None:
-    """The value of the last ``--name value`` or ``--name=value`` in argv."""
-    value = None
-    for i, arg in enumerate(argv):
-        for name in names:
-            if arg == name and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-    return value
-
-
 def ssm_dtype(sources: Sources) -> Verdict:
     env = sources.environ
     argv = sources.argv
@@ -414,8 +402,8 @@ def ssm_dtype(sources: Sources) -> Verdict:
             UNKNOWN,
             f"{chips.ENV_CHIP}={raw_chip!r} names no chip we know ({', '.join(chips.CHIPS)})",
         )
-    flag = _flag(argv, "--mamba-ssm-dtype")
-    model = _flag(argv, "--model-path", "--model")
+    flag = modes.flag_value(argv, "--mamba-ssm-dtype")
+    model = modes.flag_value(argv, "--model-path", "--model")
     dtype: str | None = None
     source = ""
     missing = (
@@ -440,7 +428,7 @@ def ssm_dtype(sources: Sources) -> Verdict:
     names = {"flag": "--mamba-ssm-dtype", "env": model_config.SSM_DTYPE_ENV}
     where = names.get(source, source)
     said = f"{dtype} from {where}, {chip_note}"
-    speculative = _flag(argv, "--speculative-algorithm") is not None
+    speculative = modes.flag_value(argv, "--speculative-algorithm") is not None
     problem = chips.ssm_state_problem(chip, dtype, mtp=speculative)
     if problem is not None:
         return Verdict(FAIL, f"{said}: {problem[1]}; pass --mamba-ssm-dtype bfloat16")

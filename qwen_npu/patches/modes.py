@@ -60,7 +60,7 @@ class Mode:
         return f"MTP {'on' if self.mtp else 'off'}, state {dtype}{draft}"
 
 
-def _flag(argv: Sequence[str], *names: str) -> str | None:
+def flag_value(argv: Sequence[str], *names: str) -> str | None:
     """The value of the last ``--name value`` or ``--name=value`` (SGLang's argparse keeps it)."""
     value = None
     for i, arg in enumerate(argv):
@@ -74,13 +74,13 @@ def _flag(argv: Sequence[str], *names: str) -> str | None:
 
 def from_argv(argv: Sequence[str], environ: Mapping[str, str]) -> Mode | None:
     """The mode of an engine command line; None when ``argv`` is none (no ``--model-path``)."""
-    if _flag(argv, "--model-path", "--model") is None:
+    if flag_value(argv, "--model-path", "--model") is None:
         return None
-    dtype = _flag(argv, "--mamba-ssm-dtype") or environ.get(SSM_DTYPE_ENV) or None
+    dtype = flag_value(argv, "--mamba-ssm-dtype") or environ.get(SSM_DTYPE_ENV) or None
     return Mode(
-        mtp=_flag(argv, "--speculative-algorithm") is not None,
+        mtp=flag_value(argv, "--speculative-algorithm") is not None,
         state_dtype=dtype,
-        draft_quantization=_flag(argv, "--speculative-draft-model-quantization"),
+        draft_quantization=flag_value(argv, "--speculative-draft-model-quantization"),
     )
 
 

@@ -52,7 +52,7 @@ def _states(
 
 
 class InfoReader:
-    """``await reader()`` reads the state file, then ``/server_info`` and ``/metrics``."""
+    """``await reader()`` reads the state file, then ``/server_info``."""
 
     def __init__(
         self,

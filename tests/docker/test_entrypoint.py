@@ -505,12 +505,14 @@ def test_the_gdn_ops_are_looked_up_after_the_patch_check_and_a_missing_one_stops
     repo: Path, sandbox: dict[str, object]
 ) -> None:
     state = Path(str(sandbox["tmp"])) / "state"
-    ok = run(repo, sandbox, "--model-path", "/m", QWEN_NPU_STATE_DIR=str(state))
+    npu = {"QWEN_NPU_STATE_DIR": str(state), "QWEN_NPU_DEV_DIR": fake_devices(
+        sandbox, "davinci_manager", "davinci0")}  # fmt: skip
+    ok = run(repo, sandbox, "--model-path", "/m", **npu)
     assert ok.returncode == 0, ok.stderr
     assert Path(f"{sandbox['record']}.ops").read_text().split() == ["--registered"]
     assert "event=npu_ops_registered" in ok.stderr
     Path(str(sandbox["record"])).unlink()
-    bad = run(repo, sandbox, "--model-path", "/m", QWEN_NPU_STATE_DIR=str(state), FAKE_OPS_EXIT="1")
+    bad = run(repo, sandbox, "--model-path", "/m", **npu, FAKE_OPS_EXIT="1")
     assert bad.returncode == 7
     (error,) = lines(bad, "ERROR")
     assert "event=npu_op_missing ops=chunk_gated_delta_rule" in error
@@ -697,3 +699,14 @@ def test_davinci_nodes_without_the_manager_stop_the_start(
     assert done.returncode == 6
     (error,) = lines(done, "error")
     assert f"event=npu_device_missing node={dev}/davinci_manager seen=2 " in error
+
+
+def test_without_npu_device_nodes_the_op_lookup_is_skipped_in_one_line(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    """The CPU stand-in image (SGLang on its CPU path) has no NPU ops to load."""
+    Path(f"{sandbox['record']}.ops").unlink(missing_ok=True)
+    done = run(repo, sandbox, "--model-path", "/m", QWEN_NPU_DEV_DIR=fake_devices(sandbox))
+    assert done.returncode == 0, done.stderr
+    assert "event=npu_ops_check_skipped" in done.stderr
+    assert not Path(f"{sandbox['record']}.ops").exists()

@@ -250,7 +250,9 @@ def test_the_start_check_stops_the_engine_before_the_model_load_with_one_line(
 def test_the_start_check_passes_and_says_so_in_the_log_and_the_state_file(
     refs: dict[str, str], engine_image: Any, tmp_path: Path
 ) -> None:
-    """On the CPU path (torch_npu not loaded), the same check passes, before SGLang starts."""
+    """On the CPU path (torch_npu not loaded), the same check passes for the chart's default mode
+    (MTP on), before SGLang starts. The MTP-off decode patch's kernel is sgl-kernel-npu's, which
+    SGLang binds only on an NPU: here its target is missing, which this mode does not run."""
     state = tmp_path / "state"
     state.mkdir()
     state.chmod(0o777)
@@ -266,18 +268,25 @@ def test_the_start_check_passes_and_says_so_in_the_log_and_the_state_file(
         refs["engine-cpu"],
         "--model-path",
         "/models/none",
+        "--speculative-algorithm",
+        "NEXTN",
+        "--mamba-ssm-dtype",
+        "bfloat16",
         timeout=280,
     )
     passed = [line for line in done.stderr.splitlines() if "event=verify_passed" in line]
     assert len(passed) == 1, done.stderr[-3000:]
     assert f"patches={len(PATCHES)}" in passed[0]
+    assert 'unused_problems="gdn-decode-state-layout=target-missing"' in passed[0], passed[0]
     assert "event=exec program=python3" in done.stderr  # then SGLang, which finds no model
-    # The state file says what the line says: every patch applied or fixed upstream (on the CPU
-    # path SGLang's own decode kernel needs no GDN patch: upstream-fixed).
-    said = dict(kv.split("=") for kv in passed[0].split('states="')[1].rstrip('"').split(","))
+    # The state file says what the line says: the MTP-on patches applied, the decode patch's
+    # target missing (and not used by this mode), never "upstream-fixed" from SGLang's CPU kernel.
+    said = dict(kv.split("=") for kv in passed[0].split('states="')[1].split('"')[0].split(","))
     recorded = json.loads((state / "state.json").read_text())["patches"]
     assert {name: entry["state"] for name, entry in recorded.items()} == said
-    assert set(said) == {p.name for p in PATCHES} and set(said.values()) <= set(OK_STATES)
+    assert set(said) == {p.name for p in PATCHES}
+    assert said.pop("gdn-decode-state-layout") == "target-missing"
+    assert set(said.values()) <= set(OK_STATES)
 
 
 def test_home_and_the_cann_log_path_are_writable_for_any_uid(

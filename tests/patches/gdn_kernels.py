@@ -31,35 +31,20 @@ intermediate cache) are plain torch.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
+from fixtures.triton_interpreter import interpret_mode as interpreted
+
 HERE = Path(__file__).resolve().parent
 KERNEL_FILE = HERE / "gdn_decode_kernel_template.py"
 K_MAJOR_ADDRESS = "o_k[:, None] * V + o_v[None, :]"
 V_MAJOR_ADDRESS = "o_v[None, :] * K + o_k[:, None]"
-
-
-@contextlib.contextmanager
-def interpreted() -> Iterator[None]:
-    """``TRITON_INTERPRET=1`` while a kernel module is decorated (``triton.jit`` reads it then)."""
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
 
 
 def kernel_source(layout: str = "k-major") -> str:

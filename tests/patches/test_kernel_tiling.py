@@ -166,7 +166,10 @@ def test_a_tiling_kernel_is_reported_effective(
     assert (outcome.state, outcome.effect) == ("applied", TILES)
     assert "kernel tiles by h_block_size: _kernel loops over H in steps of HB" in outcome.detail
     capsys.readouterr()
-    assert cli.main(["verify", "--strict"]) == 0
+    # MTP on, state dtype unknown: the mode runs the scatter (off the NPU the MTP-off decode
+    # patch's kernel is not here, and this mode does not run it)
+    mtp_on = ["--model-path", "/models/m", "--speculative-algorithm", "NEXTN"]
+    assert cli.main(["verify", "--strict", "--engine-args", *mtp_on]) == 0
 
 
 def test_the_pinned_setup_reports_tiles(backend: ModuleType) -> None:

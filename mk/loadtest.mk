@@ -26,14 +26,7 @@ DATA_FLAGS = --api $(API) \
 	$(if $(SEED),--seed $(SEED)) \
 	$(if $(TOKENIZER),--tokenizer $(TOKENIZER)) \
 	$(if $(VOCAB_SIZE),--vocab-size $(VOCAB_SIZE))
-BENCH_FLAGS = --target $(TARGET) --api $(API) --workers $(WORKERS) \
-	$(if $(NUM_PROMPTS),--num-prompts $(NUM_PROMPTS)) \
-	$(if $(INPUT_LEN),--input-len $(INPUT_LEN)) \
-	$(if $(OUTPUT_LEN),--output-len $(OUTPUT_LEN)) \
-	$(if $(RANGE_RATIO),--range-ratio $(RANGE_RATIO)) \
-	$(if $(SEED),--seed $(SEED)) \
-	$(if $(TOKENIZER),--tokenizer $(TOKENIZER)) \
-	$(if $(VOCAB_SIZE),--vocab-size $(VOCAB_SIZE)) \
+BENCH_FLAGS = --target $(TARGET) --workers $(WORKERS) $(DATA_FLAGS) \
 	$(if $(BASELINE),--baseline $(BASELINE)) \
 	$(foreach t,$(THRESHOLDS),--threshold $(t))
 

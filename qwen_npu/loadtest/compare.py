@@ -125,20 +125,13 @@ RunOne = Callable[[Any], tuple[dict[str, Any], bool]]
 
 
 def run_sides(
-    prog: str,
-    sides: Sequence[Side],
-    concs: Sequence[int],
-    repeats: int,
-    base: Any,
-    run_one: RunOne,
-    output: Path | None,
-    compare_id: str,
+    prog: str, output: Path | None, runs: Callable[[], list[dict[str, Any]]]
 ) -> list[dict[str, Any]] | int:
-    """``run_interleaved`` for a command line: the records, or the exit code when a side was not
-    ready (1, one line naming it) or the run was interrupted (130, where the runs so far are)."""
-
+    """``runs()`` (a ``run_interleaved``) for a command line: the records, or the exit code when a
+    side was not ready (1, one line naming it) or the run was interrupted (130, where the runs so
+    far are)."""
     try:
-        return run_interleaved(sides, concs, repeats, base, run_one, output, compare_id)
+        return runs()
     except TargetNotReady as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
@@ -265,8 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     output = Path(args.output) if args.output else None
+    tag = f"compare-{time.time():.0f}"
     records = run_sides(
-        PROG, sides, concs, args.repeats, base, cli.run_one, output, f"compare-{time.time():.0f}"
+        PROG,
+        output,
+        lambda: run_interleaved(sides, concs, args.repeats, base, cli.run_one, output, tag),
     )
     if isinstance(records, int):
         return records

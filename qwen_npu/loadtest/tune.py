@@ -34,6 +34,7 @@ from qwen_npu.loadtest.compare import (
     check_same_model,
     identity,
     parse_concs,
+    run_interleaved,
     run_sides,
 )
 from qwen_npu.loadtest.compare_stats import Cell, Pick, format_many, pick, summarize
@@ -289,8 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
         print(f"mtp-tune: settings {', '.join(s.label for s in sides)} on {where}", flush=True)
 
+        tag = f"mtp-tune-{time.time():.0f}"
         records = run_sides(
-            PROG, sides, concs, args.repeats, base, run_one, output, f"mtp-tune-{time.time():.0f}"
+            PROG,
+            output,
+            lambda: run_interleaved(sides, concs, args.repeats, base, run_one, output, tag),
         )
         if isinstance(records, int):
             return records

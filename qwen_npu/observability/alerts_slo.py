@@ -14,31 +14,31 @@ def _p99(histogram: str) -> str:
     return f"histogram_quantile(0.99, sum %(without_ranks)s (rate({histogram}_bucket[%(window)s])))"
 
 
-TTFT_SLO_BURN = Alert(
-    name="QwenNpuTTFTSLOBurn",
-    severity="warning",
-    for_="10m",
-    summary="Time to first token is over its SLO.",
-    description=(
-        "p99 time to first token of {{ $labels.model_name }} on {{ $labels.instance }} is"
-        " {{ $value | humanizeDuration }}, over the SLO of %(ttftP99Seconds)s s, for 10 minutes."
-    ),
-    expr=_p99("sglang:time_to_first_token_seconds") + " > %(ttftP99Seconds)s",
-    needs=("ttftP99Seconds",),
-)
+def _p99_slo_burn(name: str, what: str, histogram: str, threshold: str) -> Alert:
+    """An SLO burn alert: the p99 of ``histogram`` over the ``threshold`` value for 10 minutes."""
+    return Alert(
+        name=name,
+        severity="warning",
+        for_="10m",
+        summary=f"{what.capitalize()} is over its SLO.",
+        description=(
+            f"p99 {what} of {{{{ $labels.model_name }}}} on {{{{ $labels.instance }}}} is"
+            f" {{{{ $value | humanizeDuration }}}}, over the SLO of %({threshold})s s,"
+            " for 10 minutes."
+        ),
+        expr=_p99(histogram) + f" > %({threshold})s",
+        needs=(threshold,),
+    )
 
-TPOT_SLO_BURN = Alert(
-    name="QwenNpuTPOTSLOBurn",
-    severity="warning",
-    for_="10m",
-    summary="Time per output token is over its SLO.",
-    description=(
-        "p99 time per output token of {{ $labels.model_name }} on {{ $labels.instance }} is"
-        " {{ $value | humanizeDuration }}, over the SLO of %(tpotP99Seconds)s s, for 10 minutes."
-    ),
-    expr=_p99("sglang:request_time_per_output_token_seconds") + " > %(tpotP99Seconds)s",
-    needs=("tpotP99Seconds",),
-)
+
+TTFT_SLO_BURN = _p99_slo_burn(
+    "QwenNpuTTFTSLOBurn", "time to first token", "sglang:time_to_first_token_seconds",
+    "ttftP99Seconds",
+)  # fmt: skip
+TPOT_SLO_BURN = _p99_slo_burn(
+    "QwenNpuTPOTSLOBurn", "time per output token",
+    "sglang:request_time_per_output_token_seconds", "tpotP99Seconds",
+)  # fmt: skip
 
 QUEUE_GROWING = Alert(
     name="QwenNpuQueueGrowing",

@@ -223,27 +223,14 @@ def build(cfg: Config = DEFAULT) -> Board:
         min_val=0,
         max_val=1,
     )
-    b.timeseries(
-        "HBM used",
-        "HBM in use per chip (npu_chip_info_hbm_used_memory, MB as the exporter reports it).",
-        "mbytes",
-        [Query(f"npu_chip_info_hbm_used_memory{{{CHIP}}}", CHIP_LEGEND)],
-        width=8,
-    )
-    b.timeseries(
-        "Chip temperature",
-        "Chip temperature (npu_chip_info_temperature).",
-        "celsius",
-        [Query(f"npu_chip_info_temperature{{{CHIP}}}", CHIP_LEGEND)],
-        width=8,
-    )
-    b.timeseries(
-        "Chip power",
-        "Chip power draw (npu_chip_info_power).",
-        "watt",
-        [Query(f"npu_chip_info_power{{{CHIP}}}", CHIP_LEGEND)],
-        width=8,
-    )
+    for title, description, unit, series in (
+        ("HBM used", "HBM in use per chip (npu_chip_info_hbm_used_memory, MB as the exporter "
+         "reports it).", "mbytes", "npu_chip_info_hbm_used_memory"),
+        ("Chip temperature", "Chip temperature (npu_chip_info_temperature).", "celsius",
+         "npu_chip_info_temperature"),
+        ("Chip power", "Chip power draw (npu_chip_info_power).", "watt", "npu_chip_info_power"),
+    ):  # fmt: skip
+        b.timeseries(title, description, unit, [Query(f"{series}{{{CHIP}}}", CHIP_LEGEND)], width=8)
     b.timeseries(
         "Chip health",
         "npu_chip_info_health_status: 1 = healthy. Anything else for 2 minutes pages as "

@@ -33,9 +33,8 @@ from typing import Any
 from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.metrics.catalogue import CANARY_RESULTS
 from qwen_npu.metrics.histograms import histogram
-from qwen_npu.sidecar.config import Settings
-from qwen_npu.sidecar.engine import EngineClient, EngineError, EngineErrors
-from qwen_npu.sidecar.health import HealthTracker
+from qwen_npu.sidecar.engine import EngineError
+from qwen_npu.sidecar.health import EngineStep, EngineView
 
 log = PartLog("sidecar")
 
@@ -119,26 +118,13 @@ def score(output: str, golden: str | None = None) -> CanaryScore:
     )
 
 
-class CanaryRunner:
+class CanaryRunner(EngineStep):
     """``await runner()`` runs one canary when the engine is ready and none is in flight."""
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        engine: Callable[[], EngineClient],
-        health: HealthTracker,
-        errors: EngineErrors,
-        clock: Callable[[], float],
-        wall: Callable[[], float],
-    ) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.health = health
-        self.errors = errors
-        self.clock = clock
+    def __init__(self, view: EngineView, *, wall: Callable[[], float]) -> None:
+        super().__init__(view)
         self.wall = wall
-        self.golden = settings.golden_text()
+        self.golden = self.settings.golden_text()
         self.runs: dict[str, int] = dict.fromkeys(CANARY_RESULTS, 0)
         self.scored: CanaryScore | None = None  # the last scored output (the gauges)
         self.last_success_ts = math.nan

@@ -28,6 +28,7 @@ from typing import Literal
 
 from qwen_npu.log import PartLog
 from qwen_npu.metrics.histograms import histogram
+from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine import HEALTH_PATH, EngineClient, EngineError, EngineErrors
 
 log = PartLog("sidecar")
@@ -282,3 +283,27 @@ class HealthProbe:
             restarts=self.health.restarts,
             next=action,
         )
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """What a step that talks to the engine on its own cadence (the info reads, the canary) is
+    handed by the monitor: the settings, the engine client, the health tracker it asks before it
+    sends, the error counts and the clock."""
+
+    settings: Settings
+    engine: Callable[[], EngineClient]
+    health: HealthTracker
+    errors: EngineErrors
+    clock: Callable[[], float]
+
+
+class EngineStep:
+    """A step's view of the engine as attributes (``self.settings``, ``self.engine()``, ...)."""
+
+    def __init__(self, view: EngineView) -> None:
+        self.settings = view.settings
+        self.engine = view.engine
+        self.health = view.health
+        self.errors = view.errors
+        self.clock = view.clock

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
 from typing import Any
 
 from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.metrics.catalogue import GDN_LINKS, GDN_VERDICTS, PATCH_NAMES, PATCH_STATES
 from qwen_npu.patches.state import STATE_FILE, read_state
 from qwen_npu.sidecar import ub
-from qwen_npu.sidecar.config import Settings
-from qwen_npu.sidecar.engine import EngineClient, EngineError, EngineErrors
-from qwen_npu.sidecar.health import HealthTracker
+from qwen_npu.sidecar.engine import EngineError
+from qwen_npu.sidecar.health import EngineStep, EngineView
 
 log = PartLog("sidecar")
 
@@ -51,23 +49,11 @@ def _states(
     return out
 
 
-class InfoReader:
+class InfoReader(EngineStep):
     """``await reader()`` reads the state file, then ``/server_info``."""
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        engine: Callable[[], EngineClient],
-        health: HealthTracker,
-        errors: EngineErrors,
-        clock: Callable[[], float],
-    ) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.health = health
-        self.errors = errors
-        self.clock = clock
+    def __init__(self, view: EngineView) -> None:
+        super().__init__(view)
         self.state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
         self.info: dict[str, Any] | None = None  # the last good /server_info answer
         self._log_limiter = RateLimiter(60.0)

@@ -29,7 +29,7 @@ from qwen_npu.sidecar import ub
 from qwen_npu.sidecar.canary import CanaryRunner
 from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine import EngineClient, EngineErrors
-from qwen_npu.sidecar.health import HealthProbe, HealthTracker
+from qwen_npu.sidecar.health import EngineView, HealthProbe, HealthTracker
 from qwen_npu.sidecar.info import InfoReader
 
 log = PartLog("sidecar")
@@ -114,21 +114,9 @@ class Monitor:
             errors=self.errors,
             clock=clock,
         )
-        self.info = InfoReader(
-            settings=settings,
-            engine=self._engine,
-            health=self.health,
-            errors=self.errors,
-            clock=clock,
-        )
-        self.canary = CanaryRunner(
-            settings=settings,
-            engine=self._engine,
-            health=self.health,
-            errors=self.errors,
-            clock=clock,
-            wall=wall,
-        )
+        view = EngineView(settings, self._engine, self.health, self.errors, clock)
+        self.info = InfoReader(view)
+        self.canary = CanaryRunner(view, wall=wall)
 
     def loop_plan(self) -> list[Loop]:
         """The loops ``start`` runs: health and info at once, the canary after one interval."""

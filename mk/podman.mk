@@ -158,8 +158,10 @@ image-refs:
 
 # The builds behind image-test: `make image-sidecar` exactly as on a Docker host but with podman,
 # and the engine's cpu flavour. Layers are cached in podman's storage: a second run rebuilds
-# only what changed.
-image-test-build: tools-podman image-standin-engine-base
+# only what changed. The engine's wheelhouse is a prerequisite here, not only of the sub-make's
+# engine-cpu-build: make's parallel set-up then downloads it beside the base images (it needs
+# neither), and the sub-make finds it complete instead of downloading it a second time.
+image-test-build: tools-podman image-standin-engine-base engine-cpu-wheelhouse
 	@$(MAKE) --no-print-directory image-sidecar DOCKER=$(PODMAN) DOCKER_BUILD_FLAGS="$(PODMAN_BUILD_FLAGS)"
 	@$(MAKE) --no-print-directory image-engine-cpu
 

@@ -40,6 +40,28 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["QWEN_NPU_CHART_RENDERS"] = str(sim_renders.write(out))
 
 
+#: What a test may not leave changed for the next test in its worker: the CA bundles every HTTP
+#: client of the process reads (a test CA left in REQUESTS_CA_BUNDLE made pip refuse PyPI later).
+GUARDED_ENV = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "AWS_CA_BUNDLE",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_trust() -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in GUARDED_ENV}
+    yield
+    after = {name: os.environ.get(name) for name in GUARDED_ENV}
+    changed = {
+        name: (before[name], after[name]) for name in GUARDED_ENV if before[name] != after[name]
+    }
+    assert not changed, f"the test left these changed (use monkeypatch.setenv): {changed}"
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

@@ -258,7 +258,11 @@ def _transfer(
     return Result(store.dest, rev.root, listing.revision, progress.moved, False, manifest)
 
 
+#: The variables each client reads its CA bundle from (httpx, requests, botocore).
+CA_BUNDLE_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_CA_BUNDLE")
+
+
 def environ_ca_bundle(path: str) -> None:
     """Point every client at one CA bundle (httpx, requests and botocore read different names)."""
-    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_CA_BUNDLE"):
+    for name in CA_BUNDLE_ENV:
         os.environ[name] = path

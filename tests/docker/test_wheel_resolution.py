@@ -97,6 +97,11 @@ def _available(index: str, name: str, arch: str, python: str, glibc: int) -> set
         cmd += ["--cert", cert]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # the index the Dockerfile names, nothing else
+    # requests prefers REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE to --cert: the same bundle, or none.
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        env.pop(name, None)
+    if cert:
+        env["REQUESTS_CA_BUNDLE"] = cert
     unanswered = ""
     for _ in range(FETCH_ATTEMPTS):
         done = subprocess.run(

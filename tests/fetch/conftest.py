@@ -6,6 +6,7 @@ point at 127.0.0.1, proxies are cleared, and the clients' tokens come only from 
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from fixtures.hubserver import Hub, Repo
 from qwen_npu.fetch.cli import main
+from qwen_npu.fetch.run import CA_BUNDLE_ENV
 
 # Fast retries: the tests wait for events, and a retry's pause is not one of them.
 FAST = ["--no-preflight", "--backoff", "0.01", "--max-backoff", "0.02", "--progress-every", "0.05"]
@@ -57,6 +59,12 @@ def repo_files(seed: int = 0) -> dict[str, bytes]:
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in CLEARED:
         monkeypatch.delenv(name, raising=False)
+    # `--ca-bundle` points the clients at the bundle (qwen_npu.fetch.run.environ_ca_bundle),
+    # as it should in a Job; in this test process the names are restored after each test, or the
+    # next test in this worker (pip under requests reads REQUESTS_CA_BUNDLE) trusts a test CA only.
+    for name in CA_BUNDLE_ENV:
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored token is read
     monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms-cache"))
     monkeypatch.setenv("MODELSCOPE_CREDENTIALS_PATH", str(tmp_path / "ms-credentials"))

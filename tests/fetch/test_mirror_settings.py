@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,8 +109,6 @@ def test_should_trust_private_ca_only_through_ca_bundle(
         code, _, err = run_fetch("hf://org/model", str(tmp_path / "c"), "--ca-bundle", str(ca_pem))
         assert code == 0, err
     finally:
-        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_CA_BUNDLE"):
-            os.environ.pop(name, None)
-        huggingface_hub.close_session()
+        huggingface_hub.close_session()  # the variables themselves: restored by conftest._isolated
     code, _, err = run_fetch("hf://org/model", str(tmp_path / "d"), "--ca-bundle", "/no/such.pem")
     assert code == 2 and "--ca-bundle /no/such.pem: no such file" in error_line(err)

@@ -128,8 +128,13 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Patch states",
         "Current state of each runtime patch (qwen_npu_patch_state == 1): applied, disabled "
         "(QWEN_NPU_DISABLE_PATCHES), upstream-fixed, drifted, target-missing, unknown (no state "
-        "file). drifted/target-missing page as QwenNpuPatchNotApplied.",
-        [Query(f"qwen_npu_patch_state{{{SIDECAR}}} == 1", instant=True)],
+        "file). drifted/target-missing page as QwenNpuPatchNotApplied, unless the engine's mode "
+        "does not run the patch (qwen_npu_patch_used_by_mode 0: MTP on or off, the state dtype; "
+        "then it warns at start and must be fixed before switching mode).",
+        [
+            Query(f"qwen_npu_patch_state{{{SIDECAR}}} == 1", instant=True),
+            Query(f"qwen_npu_patch_used_by_mode{{{SIDECAR}}}", instant=True),
+        ],
         alert="QwenNpuPatchNotApplied",
     )
     b.table(

@@ -41,7 +41,7 @@ from qwen_npu.sidecar.monitor import Monitor
 log = PartLog("sidecar")
 
 #: The fields of one patch's state-file entry shown in /status, and how many patches at most.
-_PATCH_FIELDS = ("state", "target", "detail", "pid", "updated_at")
+_PATCH_FIELDS = ("state", "target", "detail", "used_by_mode", "pid", "updated_at")
 _MAX_PATCHES = 32
 
 

@@ -85,6 +85,7 @@ def test_missing_state_file_is_unknown_then_a_valid_one_is_read(client: TestClie
             "modelslim-moe-unquant-fallback": {"state": "applied"},
             "mtp-modelslim-unquant": {"state": "disabled"},
             "mamba-scatter-ub-aware": {"state": "something-new"},
+            "gdn-decode-state-layout": {"state": "target-missing", "used_by_mode": False},
         },
         "ub_plan": plan,
     }
@@ -104,6 +105,12 @@ def test_missing_state_file_is_unknown_then_a_valid_one_is_read(client: TestClie
     assert metric(client, "qwen_npu_patch_state", patch=p, state="unknown") == 1.0
     assert metric(client, "qwen_npu_build_info", qwen_npu_version="0.1.0",
                   sglang_version="0.5.23") == 1.0  # fmt: skip
+    # A patch the engine's mode does not run: the metric and /status say so.
+    p = "gdn-decode-state-layout"
+    assert metric(client, "qwen_npu_patch_used_by_mode", patch=p) == 0.0
+    details = client.get("/status").json()["patches"]["details"]
+    assert details[p]["used_by_mode"] is False
+    assert details["modelslim-moe-unquant-fallback"]["used_by_mode"] is None  # not written
     # Corrupt it: back to unknown, no 500 anywhere.
     (state_dir / "state.json").write_text('{"schema_version": 1, "patches": {tru')
     wait_until(

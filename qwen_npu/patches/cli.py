@@ -388,7 +388,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("name")
     ex.set_defaults(func=_cmd_explain)
     # lazy: the candidate verbs load for them alone (`patches verify` at start-up stays light)
-    from qwen_npu.patches.candidate.run import add_parsers
+    from tools.candidate.run import add_parsers
 
     add_parsers(sub)  # candidate, snapshot
     return p

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from qwen_npu.patches import hook
-from qwen_npu.patches.candidate.sources import load_pinned
+from tools.candidate.sources import load_pinned
 from qwen_npu.patches.registry import BY_NAME, PATCHES, STATES, get_patch
 from tools.paths import REPO
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.patches import gdn_contract
-from qwen_npu.patches.candidate import sources
+from tools.candidate import sources
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 
 KEEP, REPIN, PORT, DROP = "keep", "re-pin", "port", "drop"

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from qwen_npu.patches.candidate import report, sources
+from tools.candidate import report, sources
 
 #: The one file that names the SGLang release (make, docker build and Python read it), and the
 #: line that does; VERSION_DEFAULTS are copies a file may still carry as defaults (an engine

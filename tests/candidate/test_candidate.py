@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.patches.candidate import repin, report, sources
+from tools.candidate import repin, report, sources
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 
 FAKE_VERSION = "0.5.24.dev0+fake"

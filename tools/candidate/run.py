@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
-from qwen_npu.patches.candidate import ENV_PINS, repin, report, sources
+from tools.candidate import ENV_PINS, repin, report, sources
 from qwen_npu.patches.registry import PATCHES
 
 VENV_NAME = ".venv-candidate"
@@ -227,7 +227,7 @@ def run_probe(
         "QWEN_NPU_PATCHES_HOOK": "0",
         "QWEN_NPU_PATCH_LOG_LEVEL": "CRITICAL",
     }
-    probe = ["-m", "qwen_npu.patches.candidate.probe", "--out", str(out / "probe.json")]
+    probe = ["-m", "tools.candidate.probe", "--out", str(out / "probe.json")]
     kernel = ["--decode-kernel", str(checkout / DECODE_KERNEL)]
     command = [str(python), "-W", "ignore", *probe, *kernel]
     code = stream(command, progress, env=env, cwd=checkout, log=out / "probe.log")
@@ -266,7 +266,7 @@ def run_tests(
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
     env = child_env(checkout, extra_path) | {ENV_PINS: str(out / "pins.json")}
-    plugins = ["-p", "qwen_npu.patches.candidate.pins_plugin", "-p", "no:cacheprovider"]
+    plugins = ["-p", "tools.candidate.pins_plugin", "-p", "no:cacheprovider"]
     command = [str(python), "-m", "pytest", *plugins, "-q", "-n", "0", f"--junitxml={junit}"]
     command += files
 

@@ -40,7 +40,7 @@ from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 #: The pinned release's sources, beside this module (``qwen-npu patches snapshot`` writes it).
 PINNED_FILE = Path(__file__).with_name("pinned_sglang.json")
 #: The same file's place in a checkout (``--checkout`` may name another one than this package's).
-PINNED_IN_CHECKOUT = "qwen_npu/patches/candidate/pinned_sglang.json"
+PINNED_IN_CHECKOUT = "tools/candidate/pinned_sglang.json"
 SNAPSHOT_VERB = "qwen-npu patches snapshot"
 
 DEF, CALLER, IMPORT = "def", "caller", "import"

@@ -204,7 +204,7 @@ def collect(kernel_file: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen_npu.patches.candidate.probe")
+    parser = argparse.ArgumentParser(prog="python -m tools.candidate.probe")
     parser.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     parser.add_argument(
         "--decode-kernel",

@@ -6,7 +6,7 @@ the patch no longer fits (port: they fail). With the pinned release's fingerprin
 guard would refuse every changed target and every such test would fail for that reason alone, so
 the run's ``PINS`` are the candidate's (``QWEN_NPU_CANDIDATE_PINS``: a JSON file written by the
 parent, ``{patch module: [{module, qualname, params, fingerprint}, ...]}``). Loaded only with
-``-p qwen_npu.patches.candidate.pins_plugin``; nothing in the engine reads the variable.
+``-p tools.candidate.pins_plugin``; nothing in the engine reads the variable.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from qwen_npu.patches import core
-from qwen_npu.patches.candidate import ENV_PINS
+from tools.candidate import ENV_PINS
 
 
 def candidate_pins(path: Path) -> dict[str, tuple[core.Pin, ...]]:

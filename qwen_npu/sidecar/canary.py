@@ -33,7 +33,7 @@ from typing import Any
 from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.metrics.catalogue import CANARY_RESULTS
 from qwen_npu.metrics.histograms import histogram
-from qwen_npu.sidecar.engine import EngineError
+from qwen_npu.sidecar.engine_client import EngineError
 from qwen_npu.sidecar.health import EngineStep, EngineView
 
 log = PartLog("sidecar")

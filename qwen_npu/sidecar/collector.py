@@ -35,7 +35,7 @@ from qwen_npu.metrics.catalogue import (
 )
 from qwen_npu.sidecar.canary import CanaryRunner
 from qwen_npu.sidecar.config import Settings
-from qwen_npu.sidecar.engine import EngineErrors
+from qwen_npu.sidecar.engine_client import EngineErrors
 from qwen_npu.sidecar.health import HealthProbe, HealthTracker
 from qwen_npu.sidecar.info import InfoReader
 from qwen_npu.sidecar.ub import UbStats

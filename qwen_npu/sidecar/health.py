@@ -29,7 +29,7 @@ from typing import Literal
 from qwen_npu.log import PartLog
 from qwen_npu.metrics.histograms import histogram
 from qwen_npu.sidecar.config import Settings
-from qwen_npu.sidecar.engine import HEALTH_PATH, EngineClient, EngineError, EngineErrors
+from qwen_npu.sidecar.engine_client import HEALTH_PATH, EngineClient, EngineError, EngineErrors
 
 log = PartLog("sidecar")
 

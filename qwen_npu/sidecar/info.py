@@ -17,7 +17,7 @@ from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.metrics.catalogue import GDN_LINKS, GDN_VERDICTS, PATCH_NAMES, PATCH_STATES
 from qwen_npu.patches.state import STATE_FILE, read_state
 from qwen_npu.sidecar import ub
-from qwen_npu.sidecar.engine import EngineError
+from qwen_npu.sidecar.engine_client import EngineError
 from qwen_npu.sidecar.health import EngineStep, EngineView
 
 log = PartLog("sidecar")

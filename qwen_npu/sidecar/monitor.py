@@ -28,7 +28,7 @@ from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.sidecar import ub
 from qwen_npu.sidecar.canary import CanaryRunner
 from qwen_npu.sidecar.config import Settings
-from qwen_npu.sidecar.engine import EngineClient, EngineErrors
+from qwen_npu.sidecar.engine_client import EngineClient, EngineErrors
 from qwen_npu.sidecar.health import EngineView, HealthProbe, HealthTracker
 from qwen_npu.sidecar.info import InfoReader
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qwen_npu.sim.config import SimConfig
-from qwen_npu.sim.engine import Chunk, Request
+from qwen_npu.sim.scheduler import Chunk, Request
 from qwen_npu.sim.tokens import WORDS, text_to_ids
 
 

@@ -146,7 +146,7 @@ def acceptance_flags(base: Any, steps: int) -> dict[str, Any]:
     if getattr(base, "accept_length", None) is None or base.accept_distribution is not None:
         return {}
     # lazy: local mode only: the simulator is the sim extra's
-    from qwen_npu.sim.pricing import solve_constant_rate
+    from qwen_npu.sim.timing import solve_constant_rate
 
     p = solve_constant_rate(base.speculative_num_steps, float(base.accept_length))
     return {"accept_length": sum(p**i for i in range(steps + 1))}

@@ -2,7 +2,7 @@
 
 Timing is kept honest with absolute deadlines on the event loop's monotonic clock: a request's
 first token is due at the end of its prefill batch, each later step at ``previous deadline +
-step(batch)``, both priced by ``pricing`` (a fixed part plus a part per token in the batch).
+step(batch)``, both priced by ``timing`` (a fixed part plus a part per token in the batch).
 Lateness of one wake-up never accumulates. A burst of due steps cannot all be sent at the same
 instant on one core, so the engine centres the burst on its deadline: a lead (0..5 ms), tracked
 from every streamed send so that the median send lateness is zero, makes the timer fire that much
@@ -30,10 +30,10 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from qwen_npu.sim import pricing
+from qwen_npu.sim import timing
 from qwen_npu.sim.config import SimConfig
 from qwen_npu.sim.metrics import GaugeValues, SimMetrics
-from qwen_npu.sim.pricing import acceptance_distribution
+from qwen_npu.sim.timing import acceptance_distribution
 from qwen_npu.sim.tokens import TokenStream, splitmix64
 
 EARLY_S = 0.0005  # wake this much before a deadline; epoll sleeps round up to 1 ms
@@ -180,13 +180,13 @@ class Engine:
     # -- timing model ------------------------------------------------------------------------
 
     def prefill_s(self, prompt_tokens: int) -> float:
-        return pricing.prefill_ms(self.cfg, prompt_tokens) / 1000.0
+        return timing.prefill_ms(self.cfg, prompt_tokens) / 1000.0
 
     def step_s(self) -> float:
         n = len(self.running)
         price = self._step_price.get(n)
         if price is None:  # the config is fixed: price each batch size once (hot path)
-            price = self._step_price[n] = pricing.step_ms(self.cfg, n) / 1000.0
+            price = self._step_price[n] = timing.step_ms(self.cfg, n) / 1000.0
         return price
 
     # -- admission ---------------------------------------------------------------------------

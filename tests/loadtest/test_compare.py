@@ -2,8 +2,8 @@
 
 The crossover test runs the calibrated MTP profile (3 steps) against its MTP-off twin on two
 simulators (timings scaled down, few prompts) and checks that bench-compare finds, beyond the
-spread of its repeats, the concurrency at which MTP stops paying that the simulator's pricing
-model gives on paper (``qwen_npu.sim.pricing.crossover``).
+spread of its repeats, the concurrency at which MTP stops paying that the simulator's timing
+model gives on paper (``qwen_npu.sim.timing.crossover``).
 """
 
 from __future__ import annotations
@@ -217,17 +217,17 @@ def mtp_pair() -> Iterator[tuple[dict[str, Any], dict[str, Any], str, str]]:
 def test_bench_compare_finds_the_crossover_the_model_implies(
     mtp_pair: tuple[dict[str, Any], dict[str, Any], str, str], tmp_path: Path
 ) -> None:
-    pricing = pytest.importorskip("qwen_npu.sim.pricing")
+    timing = pytest.importorskip("qwen_npu.sim.timing")
     on, off, url_on, url_off = mtp_pair
     cfg_on, cfg_off = _paper_config(on), _paper_config(off)
     lens = {"input_len": IN_LEN, "output_len": OUT_LEN}
     # The chosen concurrencies sit well away from the crossover, so that the measurement can
     # separate the two sides beyond the spread of two repeats on a loaded machine.
     for conc in CONCS:
-        a = pricing.steady_state(cfg_on, conc, **lens).output_tok_per_s
-        b = pricing.steady_state(cfg_off, conc, **lens).output_tok_per_s
+        a = timing.steady_state(cfg_on, conc, **lens).output_tok_per_s
+        b = timing.steady_state(cfg_off, conc, **lens).output_tok_per_s
         assert abs(a - b) / min(a, b) > 0.1, (conc, a, b)
-    paper = pricing.crossover(cfg_on, cfg_off, CONCS, **lens)
+    paper = timing.crossover(cfg_on, cfg_off, CONCS, **lens)
     assert paper == 32
 
     out = tmp_path / "cmp.jsonl"

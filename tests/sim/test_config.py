@@ -22,7 +22,7 @@ from qwen_npu.sim.config import (
     list_profiles,
     load_yaml,
 )
-from qwen_npu.sim.pricing import acceptance_distribution
+from qwen_npu.sim.timing import acceptance_distribution
 from tools.paths import DOCS, SIM_PROFILES
 
 

@@ -15,7 +15,7 @@ from qwen_npu.sim.tokens import GARBLE_PERIOD
 
 from .test_server import gen_body
 
-# Slow: every test starts a simulator process; test-fast keeps the sim's config and pricing tests.
+# Slow: every test starts a simulator process; test-fast keeps the sim's config and timing tests.
 pytestmark = pytest.mark.slow
 
 

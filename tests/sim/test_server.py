@@ -15,7 +15,7 @@ import pytest
 
 from qwen_npu.sim.testing import running_sim, wait_ready
 
-# Slow: every test starts simulator processes; test-fast keeps the sim's config and pricing tests.
+# Slow: every test starts simulator processes; test-fast keeps the sim's config and timing tests.
 pytestmark = pytest.mark.slow
 
 

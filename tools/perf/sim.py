@@ -7,7 +7,7 @@ median measured TTFT and inter-token gap beside the configured ones; the capacit
 streamed tokens/s the simulator sustains on its one core and how late its steps were. The
 calibration run drives the calibrated MTP profile and its MTP-off twin in a closed loop (1024 in /
 100 out, as the upstream pull request's benchmark) and sets the measured TPOT, output tokens/s and
-TTFT beside the upstream table and the paper model (``qwen_npu.sim.pricing``).
+TTFT beside the upstream table and the paper model (``qwen_npu.sim.timing``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.sim import pricing
+from qwen_npu.sim import timing
 from qwen_npu.sim.clock import new_loop, ready_at
 from qwen_npu.sim.config import SimConfig, build
 from qwen_npu.sim.testing import running_sim, running_sim_process
@@ -266,8 +266,8 @@ def closed_loop(
     conc: int,
     num: int,
     *,
-    input_len: int = pricing.DEFAULT_INPUT_LEN,
-    output_len: int = pricing.DEFAULT_OUTPUT_LEN,
+    input_len: int = timing.DEFAULT_INPUT_LEN,
+    output_len: int = timing.DEFAULT_OUTPUT_LEN,
     scale: float = 1.0,
     url: str | None = None,
 ) -> LoopFigures:
@@ -317,14 +317,14 @@ def calibration(concs: list[int], prompts: dict[int, int]) -> list[dict[str, Any
             measure(url, 1, 1, 16, 4)  # warm-up
             measured[name] = {c: closed_loop(name, c, prompts[c], url=url) for c in concs}
     for c in concs:
-        up = pricing.UPSTREAM_PR_34353.get(c)
+        up = timing.UPSTREAM_PR_34353.get(c)
         rows.append(
             {
                 "conc": c,
                 "upstream": up,
-                "paper": pricing.steady_state(cfgs[MTP_PROFILE], c),
+                "paper": timing.steady_state(cfgs[MTP_PROFILE], c),
                 "measured": measured[MTP_PROFILE][c],
-                "paper_off": pricing.steady_state(cfgs[NOMTP_PROFILE], c),
+                "paper_off": timing.steady_state(cfgs[NOMTP_PROFILE], c),
                 "measured_off": measured[NOMTP_PROFILE][c],
             }
         )
@@ -333,16 +333,16 @@ def calibration(concs: list[int], prompts: dict[int, int]) -> list[dict[str, Any
 
 def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> list[str]:
     on, off = profile_config(MTP_PROFILE), profile_config(NOMTP_PROFILE)
-    cross = pricing.crossover(on, off, concs_paper)
+    cross = timing.crossover(on, off, concs_paper)
     lines = [
         "",
         f"## Calibration: `{MTP_PROFILE}` against the upstream table",
         "",
         "SGLang PR #34353 (Qwen3.6-35B-A3B W8A8, 910B TP2, NEXTN 3 steps / 4 draft tokens, "
-        "1024 in / 100 out) vs the paper model (`qwen_npu/sim/pricing.py`, steady state) vs "
+        "1024 in / 100 out) vs the paper model (`qwen_npu/sim/timing.py`, steady state) vs "
         "this simulator measured in a closed loop (client means; tokens/s over the run, first "
         "wave included). Accept length on paper: "
-        f"{pricing.accept_length(on):.2f} tokens per verify step.",
+        f"{timing.accept_length(on):.2f} tokens per verify step.",
         "",
         "| CONC | requests | TPOT ms upstream / paper / measured "
         "| output tok/s upstream / paper / measured | TTFT ms upstream / paper / measured |",

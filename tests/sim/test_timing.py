@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from qwen_npu.sim import pricing
+from qwen_npu.sim import timing
 from qwen_npu.sim.config import SimConfig, build
-from qwen_npu.sim.pricing import UPSTREAM_PR_34353, crossover, steady_state
+from qwen_npu.sim.timing import UPSTREAM_PR_34353, crossover, steady_state
 from tools.perf.sim import MTP_PROFILE, NOMTP_PROFILE, closed_loop
 
 MTP_KEYS = {
@@ -45,11 +45,11 @@ def test_the_mtp_profile_reproduces_the_upstream_table_on_paper(conc: int) -> No
 
 def test_the_profile_is_the_fit_of_the_upstream_tpots() -> None:
     cfg = _profile(MTP_PROFILE)
-    fixed, per_token = pricing.fit_step(cfg, {c: t for c, (t, _, _) in UPSTREAM_PR_34353.items()})
+    fixed, per_token = timing.fit_step(cfg, {c: t for c, (t, _, _) in UPSTREAM_PR_34353.items()})
     assert cfg.step_fixed_ms == pytest.approx(fixed, abs=0.05)  # the profile rounds to 0.1 ms
     assert cfg.step_ms_per_token == pytest.approx(per_token, abs=0.005)
     with pytest.raises(ValueError, match="two or more"):
-        pricing.fit_step(cfg, {1: 15.0})
+        timing.fit_step(cfg, {1: 15.0})
 
 
 def test_mtp_off_is_the_same_hardware() -> None:
@@ -67,10 +67,10 @@ def test_settings_follow_from_the_same_parameters() -> None:
     for n in (1, 2, 3):
         cfg = _steps(n)
         want = base.step_fixed_ms + n * base.draft_step_ms + base.step_ms_per_token * (n + 1) * 4
-        assert pricing.step_ms(cfg, 4) == pytest.approx(want)
-    assert pricing.step_ms(off, 4) == pytest.approx(base.step_fixed_ms + base.step_ms_per_token * 4)
+        assert timing.step_ms(cfg, 4) == pytest.approx(want)
+    assert timing.step_ms(off, 4) == pytest.approx(base.step_fixed_ms + base.step_ms_per_token * 4)
     # Acceptance decays per position: each extra step adds less.
-    lengths = [pricing.accept_length(_steps(n)) for n in (1, 2, 3)]
+    lengths = [timing.accept_length(_steps(n)) for n in (1, 2, 3)]
     assert lengths == sorted(lengths)
     assert lengths[1] - lengths[0] > lengths[2] - lengths[1] > 0
     # MTP wins at concurrency 1 and loses at 32, and more steps lose earlier.
@@ -98,8 +98,8 @@ def test_the_crossover_depends_on_acceptance() -> None:
 def test_the_legacy_keys_price_as_before() -> None:
     cfg = SimConfig(itl_ms=37.5, itl_ms_per_running_req=7.4, accept_length=2.5)
     cfg = cfg.model_copy(update={"speculative_algorithm": "NEXTN"})
-    assert [pricing.step_ms(cfg, n) for n in (1, 2, 10)] == pytest.approx([37.5, 44.9, 104.1])
-    assert pricing.accept_length(cfg) == pytest.approx(2.5)
+    assert [timing.step_ms(cfg, n) for n in (1, 2, 10)] == pytest.approx([37.5, 44.9, 104.1])
+    assert timing.accept_length(cfg) == pytest.approx(2.5)
     plain = SimConfig(ttft_ms=20, itl_ms=5)
     assert steady_state(plain, 1, input_len=10, output_len=11) == pytest.approx(
         (5.0, 11 / 0.07, 20)
@@ -108,15 +108,15 @@ def test_the_legacy_keys_price_as_before() -> None:
 
 def test_expected_steps_and_acceptance_distribution() -> None:
     cfg = _profile(MTP_PROFILE)
-    dist = pricing.acceptance_distribution(cfg)
-    rates = pricing.position_rates(cfg)
+    dist = timing.acceptance_distribution(cfg)
+    rates = timing.position_rates(cfg)
     assert rates == pytest.approx([0.75, 0.75 * 0.85, 0.75 * 0.85**2])
     assert sum(dist) == pytest.approx(1.0)
     assert dist[-1] == pytest.approx(rates[0] * rates[1] * rates[2])
     # Many tokens: steps ~ tokens / accept length; few: the last step is cut short.
-    assert pricing.expected_steps(cfg, 990) == pytest.approx(990 / pricing.accept_length(cfg), 0.01)
-    assert pricing.expected_steps(cfg, 1) == 1.0
-    assert pricing.expected_steps(_profile(NOMTP_PROFILE), 99) == 99.0
+    assert timing.expected_steps(cfg, 990) == pytest.approx(990 / timing.accept_length(cfg), 0.01)
+    assert timing.expected_steps(cfg, 1) == 1.0
+    assert timing.expected_steps(_profile(NOMTP_PROFILE), 99) == 99.0
 
 
 def test_bad_concurrency_is_refused() -> None:

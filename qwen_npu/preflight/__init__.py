@@ -10,6 +10,6 @@ verb).
 
 from __future__ import annotations
 
-from qwen_npu.preflight.report import Options, Report, run_preflight
+from qwen_npu.preflight.rules import Options, Report, run_preflight
 
 __all__ = ["Options", "Report", "run_preflight"]

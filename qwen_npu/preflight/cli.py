@@ -19,7 +19,7 @@ from qwen_npu.checkpoint.model_config import SSM_DTYPES
 from qwen_npu.cli_parser import OneLineParser
 from qwen_npu.hardware import chips
 from qwen_npu.preflight.checkpoint import InputError
-from qwen_npu.preflight.report import SCHEMA_VERSION, Options, run_preflight
+from qwen_npu.preflight.rules import SCHEMA_VERSION, Options, run_preflight
 
 EXIT_BAD_INPUT = 2
 PROG = "qwen-npu preflight"

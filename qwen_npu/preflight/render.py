@@ -14,7 +14,7 @@ import shlex
 from qwen_npu.preflight import memory
 from qwen_npu.preflight.findings import BLOCKING, WARNING
 from qwen_npu.preflight.quant import scheme_label
-from qwen_npu.preflight.report import READY, READY_WITH_PATCHES, Report
+from qwen_npu.preflight.rules import READY, READY_WITH_PATCHES, Report
 
 _NEXT = {
     READY: "start the engine with these settings (the chart renders its command line)",

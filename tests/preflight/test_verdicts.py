@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.checkpoints import SIZES, Schemes, write_checkpoint
 from qwen_npu.preflight import Options, run_preflight
-from qwen_npu.preflight.report import READY, READY_WITH_PATCHES, WOULD_FAIL, Report
+from qwen_npu.preflight.rules import READY, READY_WITH_PATCHES, WOULD_FAIL, Report
 
 ALL_THREE = {"modelslim-moe-unquant-fallback", "mtp-modelslim-unquant", "mamba-scatter-ub-aware"}
 

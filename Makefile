@@ -81,7 +81,7 @@ test: ## run every test and the linters (what CI runs)
 # The edit-test loop: no slow test, none that needs SGLang's wheel or a system tool. `make test`
 # (what CI runs) stays the one that counts.
 FAST_MARKERS := not slow and not sglang and not system
-test-fast: $(STAMP) $(SIM_RENDERS) ## the quick subset for the edit-test loop (no slow, SGLang or system-tool tests)
+test-fast: $(STAMP) ## the quick subset for the edit-test loop (no slow, SGLang or system-tool tests)
 	$(BIN)/python -m pytest -m "$(FAST_MARKERS)" -q $(XDIST) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy

@@ -32,13 +32,13 @@ BENCH_FLAGS = --target $(TARGET) --workers $(WORKERS) $(DATA_FLAGS) \
 
 .PHONY: bench bench-sweep bench-ui bench-compare mtp-tune demo perf-loadtest
 
-bench: $(STAMP) $(SIM_RENDERS) ## load test: make bench CONC=10 [TARGET= NUM_PROMPTS= INPUT_LEN= OUTPUT_LEN= API= WORKERS= BASELINE=]
+bench: $(STAMP) ## load test: make bench CONC=10 [TARGET= NUM_PROMPTS= INPUT_LEN= OUTPUT_LEN= API= WORKERS= BASELINE=]
 	$(BIN)/qwen-npu bench $(BENCH_FLAGS) --concurrency $(CONC) --output $(OUTPUT)
 
-bench-sweep: $(STAMP) $(SIM_RENDERS) ## one bench per concurrency: make bench-sweep CONCS="1 5 10" (table, PNG, HTML)
+bench-sweep: $(STAMP) ## one bench per concurrency: make bench-sweep CONCS="1 5 10" (table, PNG, HTML)
 	$(BIN)/qwen-npu bench $(BENCH_FLAGS) --sweep "$(CONCS)" --output $(SWEEP_OUTPUT)
 
-bench-ui: $(STAMP) $(SIM_RENDERS) ## locust web UI on the bench locustfile (http://127.0.0.1:8089; UI_PORT=)
+bench-ui: $(STAMP) ## locust web UI on the bench locustfile (http://127.0.0.1:8089; UI_PORT=)
 	@echo ">> locust web UI on http://127.0.0.1:$(UI_PORT) against $(TARGET) (Ctrl-C to stop)"
 	$(BIN)/locust -f qwen_npu/loadtest/locustfile.py --web-host 127.0.0.1 --web-port $(UI_PORT) \
 		-H $(TARGET) -u $(CONC) -r $(CONC) --api $(API) \
@@ -61,15 +61,15 @@ SIM_PROFILE ?= qwen3.6-35b-a3b-910b-tp2-mtp
 TIME_SCALE ?= 0.5
 WAVES ?= 2
 TUNE_OUTPUT ?= $(BENCH_OUT)/mtp-tune.jsonl
-mtp-tune: $(STAMP) $(SIM_RENDERS) ## which MTP setting per concurrency band, with the values overlay: make mtp-tune [SETTINGS="off 1 2 3" TUNE_CONCS= URLS="off=<url> 3=<url>" REPEATS=]
+mtp-tune: $(STAMP) ## which MTP setting per concurrency band, with the values overlay: make mtp-tune [SETTINGS="off 1 2 3" TUNE_CONCS= URLS="off=<url> 3=<url>" REPEATS=]
 	$(BIN)/python -m qwen_npu.loadtest.tune --settings "$(SETTINGS)" --concs "$(TUNE_CONCS)" \
 		--repeats $(REPEATS) --waves $(WAVES) --output $(TUNE_OUTPUT) \
 		$(if $(URLS),--urls "$(URLS)",--profile $(SIM_PROFILE) --time-scale $(TIME_SCALE)) $(DATA_FLAGS)
 
-demo: $(STAMP) $(SIM_RENDERS) ## start the simulator and the sidecar, run the CONC=10 bench, print the table, stop them
+demo: $(STAMP) ## start the simulator and the sidecar, run the CONC=10 bench, print the table, stop them
 	$(BIN)/python -m qwen_npu.loadtest.demo --num-prompts $(DEMO_PROMPTS) --hold-s $(DEMO_HOLD) --out-dir $(OUT)/demo
 
-perf-loadtest: $(STAMP) $(SIM_RENDERS) ## our figures vs sglang.benchmark.serving's vs the simulator's truth -> out/perf/loadtest.md
+perf-loadtest: $(STAMP) ## our figures vs sglang.benchmark.serving's vs the simulator's truth -> out/perf/loadtest.md
 	@mkdir -p $(OUT)/perf
 	HF_HUB_OFFLINE=1 $(BIN)/python -m tools.perf.loadtest --out $(OUT)/perf/loadtest.md
 

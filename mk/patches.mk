@@ -66,9 +66,9 @@ CANDIDATE_VERSION = $(if $(filter command line environment,$(origin VERSION)),$(
 
 sglang-candidate: $(STAMP) ## what SGLang VERSION=<x> (or WHEEL=<path>) changes, per patch; REPIN=1 moves the pins
 	@test -n "$(CANDIDATE_VERSION)$(WHEEL)" || { echo "make sglang-candidate: pass VERSION=<x> (e.g. 0.5.24) or WHEEL=<path to a wheel>"; exit 2; }
-	$(BIN)/python -m qwen_npu.cli patches candidate \
+	$(BIN)/python -m tools.candidate candidate \
 		$(if $(WHEEL),--wheel $(WHEEL),--version $(CANDIDATE_VERSION)) \
 		--venv $(CANDIDATE_VENV) --python $(PYTHON) $(if $(filter 1,$(REPIN)),--repin)
 
 sglang-snapshot: $(STAMP) ## write the pinned SGLang's sources, the base of sglang-candidate's diffs
-	$(BIN)/python -m qwen_npu.cli patches snapshot
+	$(BIN)/python -m tools.candidate snapshot

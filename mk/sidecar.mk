@@ -24,7 +24,7 @@ sidecar: $(STAMP) ## run the sidecar on 127.0.0.1:SIDECAR_PORT against TARGET (d
 	echo ">> sidecar on http://127.0.0.1:$(SIDECAR_PORT) (/startupz /readyz /livez /status /metrics) -> $$target"; \
 	$(BIN)/qwen-npu sidecar --host 127.0.0.1 --port $(SIDECAR_PORT) --engine-url "$$target" $(SIDECAR_ARGS)
 
-perf-sidecar: $(STAMP) $(SIM_RENDERS) ## p99 of /readyz and /metrics at 200 req/s, RSS over hours of scrapes (out/perf/sidecar.md)
+perf-sidecar: $(STAMP) ## p99 of /readyz and /metrics at 200 req/s, RSS over hours of scrapes (out/perf/sidecar.md)
 	@mkdir -p $(OUT)/perf
 	$(BIN)/python -m tools.perf.sidecar --out $(OUT)/perf/sidecar.md
 

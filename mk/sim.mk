@@ -9,13 +9,13 @@ SIM_ARGS ?=
 
 .PHONY: sim sim-profiles perf-sim
 
-sim: $(STAMP) $(SIM_RENDERS) ## run the simulator in the foreground (PROFILE=<name>, SIM_PORT=30000, SIM_ARGS=...)
+sim: $(STAMP) ## run the simulator in the foreground (PROFILE=<name>, SIM_PORT=30000, SIM_ARGS=...)
 	$(BIN)/qwen-npu sim --profile $(PROFILE) --port $(SIM_PORT) $(SIM_ARGS)
 
 sim-profiles: $(STAMP) ## list the simulator's latency profiles
 	@$(BIN)/qwen-npu sim --list-profiles
 
-perf-sim: $(STAMP) $(SIM_RENDERS) ## simulator fidelity (CONC 1/10/64), capacity and MTP calibration vs upstream (out/perf/sim.md)
+perf-sim: $(STAMP) ## simulator fidelity (CONC 1/10/64), capacity and MTP calibration vs upstream (out/perf/sim.md)
 	@mkdir -p $(OUT)/perf
 	$(BIN)/python -m tools.perf.sim --out $(OUT)/perf/sim.md
 

@@ -16,7 +16,6 @@ import os
 import re
 import socket
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,16 +27,6 @@ from tools.versions import read_versions
 
 if str(STUBS) not in sys.path:
     sys.path.append(str(STUBS))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """The chart's renders the simulator's chart-backed profiles read (make hands them over as
-    QWEN_NPU_CHART_RENDERS; a bare `pytest` writes them once, before any worker starts)."""
-    if not Path(os.environ.get("QWEN_NPU_CHART_RENDERS") or "/nonexistent").is_file():
-        from tools.chart import sim_renders
-
-        out = Path(tempfile.mkdtemp(prefix="qwen-npu-renders-")) / "sim-renders.json"
-        os.environ["QWEN_NPU_CHART_RENDERS"] = str(sim_renders.write(out))
 
 
 #: What a test may not leave changed for the next test in its worker: the CA bundles every HTTP

@@ -8,8 +8,8 @@ patches exactly as the start-up hook would; ``list`` and ``explain`` import no S
 ``verify --build`` is the image build's check: no SGLang import, so it passes on a build host with
 torch_npu and no NPU (``buildcheck``); the image entrypoint runs ``verify --strict --startup
 --engine-args <the engine's flags>`` (one line) before the model load, where the NPU is.
-``candidate`` and ``snapshot`` are the maintainer's loop for a new SGLang release
-(``candidate.run``, ``make sglang-candidate``), run from a checkout, never in the engine.
+The maintainer's loop for a new SGLang release is not here: ``make sglang-candidate``
+(``tools/candidate``) runs from a checkout, never in the engine.
 
 Strictness follows the engine's mode (``modes``): with ``--engine-args`` (or inside the engine,
 whose ``sys.argv`` is its command line) a patch or GDN contract link the mode does not run is
@@ -387,10 +387,6 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="what a patch does, why, and when to remove it")
     ex.add_argument("name")
     ex.set_defaults(func=_cmd_explain)
-    # lazy: the candidate verbs load for them alone (`patches verify` at start-up stays light)
-    from tools.candidate.run import add_parsers
-
-    add_parsers(sub)  # candidate, snapshot
     return p
 
 

@@ -418,7 +418,7 @@ class Once(Generic[T]):
 
     def behaviour(self) -> Probe:
         """The behaviour probe alone, on the target as it loads now, recording nothing
-        (``qwen-npu patches candidate`` reports it beside the state); raises what they raise."""
+        (``make sglang-candidate`` reports it beside the state); raises what they raise."""
         load, probe, _, _ = self._steps
         return probe(load())
 

@@ -9,9 +9,11 @@ flags from the render: the simulator's keys are named after the same SGLang flag
 timing model stays in the simulator profile.
 
 The package does not render the chart (the chart lives in a checkout, and Helm's SDK is a tool of
-the repository, not of the product): its caller hands it the renders, a JSON file named by
-``QWEN_NPU_CHART_RENDERS`` that ``python -m tools.chart sim-renders`` writes (``make sim``,
-``make demo`` and the tests do this before they start a simulator).
+the repository, not of the product): the renders of the packaged profiles ship with it as data
+(``profiles/chart-renders.json``, written by ``make sim-renders``, a test holding it equal to a
+fresh render), so ``qwen-npu sim --profile P`` works from the wheel. A YAML of your own that
+names another chart profile needs a renders file of its own, named by ``QWEN_NPU_CHART_RENDERS``
+(``python -m tools.chart sim-renders --sim-config YOUR.yaml --out FILE``); it is read first.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-#: The environment variable naming the renders file.
+#: The environment variable naming a renders file of the caller's (read before the packaged one).
 ENV_RENDERS = "QWEN_NPU_CHART_RENDERS"
+#: The packaged profiles' renders (package data, derived: ``make sim-renders`` writes it).
+PACKAGED = Path(__file__).with_name("profiles") / "chart-renders.json"
 #: Simulator keys that are SGLang engine flags the chart renders.
 ENGINE_FLAGS = (
     "served-model-name",
@@ -34,8 +39,8 @@ ENGINE_FLAGS = (
     "speculative-num-draft-tokens",
 )
 HOW_TO_RENDER = (
-    "run `make sim-renders` in a checkout (python -m tools.chart sim-renders --out FILE "
-    "[--sim-config YOUR.yaml]) and set " + ENV_RENDERS + "=FILE"
+    "in a checkout, `python -m tools.chart sim-renders --sim-config YOUR.yaml --out FILE` renders "
+    f"it, then set {ENV_RENDERS}=FILE (`make sim-renders` rewrites the packaged renders)"
 )
 
 
@@ -57,32 +62,31 @@ def _renders(path: str) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
         found = {str(k): tuple(str(a) for a in v) for k, v in data["renders"].items()}
         return found, tuple(str(p) for p in data.get("profiles", ()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ChartProfileError(
-            f"{ENV_RENDERS}={path}: not a renders file ({exc}); {HOW_TO_RENDER}"
-        ) from None
+        raise ChartProfileError(f"{path}: not a renders file ({exc}); {HOW_TO_RENDER}") from None
 
 
 def engine_args(profile: str, values: Mapping[str, Any]) -> tuple[str, ...]:
     """The engine container's args the chart rendered for ``profile`` + ``values``."""
+    key = render_key(profile, values)
     path = os.environ.get(ENV_RENDERS, "")
-    if not path:
-        raise ChartProfileError(
-            f"chart-profile {profile!r}: the engine's flags come from the chart's render, which "
-            f"is not at hand ({ENV_RENDERS} is not set); {HOW_TO_RENDER}"
-        )
-    renders, profiles = _renders(path)
-    found = renders.get(render_key(profile, values))
-    if found is None and profiles and profile not in profiles:
+    files = [path] if path else []
+    profiles: tuple[str, ...] = ()
+    for file in [*files, str(PACKAGED)]:
+        renders, profiles = _renders(file)
+        if key in renders:
+            return renders[key]
+    if profiles and profile not in profiles:
         raise ChartProfileError(
             f"chart-profile {profile!r}: the chart has no such profile; use one of: "
             + ", ".join(profiles)
         )
-    if found is None:
-        raise ChartProfileError(
-            f"chart-profile {profile!r} with chart-values {dict(values)}: not in {path}; "
-            f"{HOW_TO_RENDER}"
-        )
-    return found
+    where = (
+        f"{path} or the packaged renders" if path else f"the packaged ones ({ENV_RENDERS} unset)"
+    )
+    raise ChartProfileError(
+        f"chart-profile {profile!r} with chart-values {dict(values)}: not in {where}; "
+        f"{HOW_TO_RENDER}"
+    )
 
 
 def engine_keys(profile: str, values: Mapping[str, Any] | None = None) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""`qwen-npu patches candidate`: the pinned sources, the verdicts, the report, --repin, and fake
+"""`make sglang-candidate`: the pinned sources, the verdicts, the report, --repin, and fake
 candidates built from the installed SGLang 0.5.23 (no network: a tree of links to its files with
 one target's body changed, checked with ``--source``)."""
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tools.candidate import repin, report, sources
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
+from tools.candidate import repin, report, sources
 
 FAKE_VERSION = "0.5.24.dev0+fake"
 MTP_FILE = "srt/models/qwen3_5_mtp.py"
@@ -60,7 +60,7 @@ def test_every_patch_and_contract_link_has_its_units_carried() -> None:
 
 @pytest.mark.sglang
 def test_the_snapshot_is_reproducible_from_the_installed_release(versions: dict[str, str]) -> None:
-    """`qwen-npu patches snapshot` over the installed 0.5.23 writes the carried file byte for
+    """`make sglang-snapshot` over the installed 0.5.23 writes the carried file byte for
     byte: the data is generated, never edited by hand."""
     data = sources.snapshot(installed_sglang(), versions["SGLANG_VERSION"])
     assert sources.dump(data) == sources.PINNED_FILE.read_text(encoding="utf-8")
@@ -288,14 +288,13 @@ def test_the_pinned_file_is_where_a_checkout_keeps_it(repo: Path) -> None:
 
 
 def test_bad_input_is_one_line(repo: Path) -> None:
-    argv = ["patches", "candidate", "--version", "not a version"]
+    argv = ["candidate", "--version", "not a version"]
     run = subprocess.run(
-        [sys.executable, "-m", "qwen_npu.cli", *argv], capture_output=True, text=True, cwd=repo
+        [sys.executable, "-m", "tools.candidate", *argv], capture_output=True, text=True, cwd=repo
     )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "qwen-npu patches candidate: --version 'not a version' is not a release number; "
-        "pass one like 0.5.24"
+        "sglang-candidate: --version 'not a version' is not a release number; pass one like 0.5.24"
     ]
 
 
@@ -340,7 +339,7 @@ def fake_candidate(folder: Path, edits: dict[str, Any]) -> Path:
 
 def run_candidate(repo: Path, tree: Path, out: Path) -> dict[str, Any]:
     run = subprocess.run(
-        [sys.executable, "-m", "qwen_npu.cli", "patches", "candidate", "--source", str(tree),
+        [sys.executable, "-m", "tools.candidate", "candidate", "--source", str(tree),
          "--out", str(out), "--json"],
         capture_output=True, text=True, cwd=repo, timeout=600,
     )  # fmt: skip

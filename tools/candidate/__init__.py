@@ -1,4 +1,4 @@
-"""``qwen-npu patches candidate``: what a new SGLang release changes, per patch and contract link.
+"""``make sglang-candidate``: what a new SGLang release changes, per patch and contract link.
 
 Why this exists: every patch pins the exact source of its target (``PINS``), so the day SGLang
 ships a new release the drift guard reports ``drifted`` and applies nothing. Moving on used to be
@@ -10,8 +10,8 @@ own tests pass against the candidate; and for each GDN state contract link, its 
 diff of the SGLang code it reads. ``--repin`` then writes the new pins.
 
 - ``sources``: the SGLang code each patch and link depends on, read from files by name; the pinned
-  release's copy is carried as data (``pinned_sglang.json``, written by ``qwen-npu patches
-  snapshot``), so the diff needs no network;
+  release's copy is carried as data (``pinned_sglang.json``, written by ``make
+  sglang-snapshot``), so the diff needs no network;
 - ``probe``: runs inside the candidate's Python, imports the targets, applies the patches, runs the
   behaviour probes and the contract checks, prints JSON;
 - ``pins_plugin``: a pytest plugin that points the patches' ``PINS`` at the candidate's code, so

@@ -1,6 +1,6 @@
 """A pytest plugin: the patches' ``PINS`` point at the candidate SGLang's code for the test run.
 
-Why: ``qwen-npu patches candidate`` runs each patch's own tests against a candidate release to
+Why: ``make sglang-candidate`` runs each patch's own tests against a candidate release to
 tell a target that changed only where the patch does not care (re-pin: the tests pass) from one
 the patch no longer fits (port: they fail). With the pinned release's fingerprints the drift
 guard would refuse every changed target and every such test would fail for that reason alone, so

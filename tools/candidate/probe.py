@@ -1,4 +1,4 @@
-"""The candidate side of ``qwen-npu patches candidate``: run inside the candidate's Python.
+"""The candidate side of ``make sglang-candidate``: run inside the candidate's Python.
 
 Why a separate process: the candidate SGLang is imported, patched and probed in its own venv (or
 with its tree first on ``PYTHONPATH``), never in the process that writes the report, so nothing of

@@ -1,4 +1,4 @@
-"""``qwen-npu patches candidate --repin``: move the pins to a candidate whose report is green.
+"""``make sglang-candidate REPIN=1``: move the pins to a candidate whose report is green.
 
 Why this exists: after a report says keep / re-pin (and drop) for every patch, the by-hand rest
 is mechanical and easy to get half right: the new fingerprints and parameter lists in each

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.patches import gdn_contract
-from tools.candidate import sources
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
+from tools.candidate import sources
 
 KEEP, REPIN, PORT, DROP = "keep", "re-pin", "port", "drop"
 REPIN_TARGET = "make sglang-candidate VERSION={version} REPIN=1"

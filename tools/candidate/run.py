@@ -1,4 +1,4 @@
-"""``qwen-npu patches candidate`` and ``qwen-npu patches snapshot``: the loop behind
+"""``python -m tools.candidate candidate|snapshot``: the loop behind
 ``make sglang-candidate VERSION=<x>``.
 
 Why a venv of its own: the candidate SGLang must be imported with the pinned CPU torch and
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
-from tools.candidate import ENV_PINS, repin, report, sources
 from qwen_npu.patches.registry import PATCHES
+from tools.candidate import ENV_PINS, repin, report, sources
 
 VENV_NAME = ".venv-candidate"
 OUT_NAME = "out/sglang-candidate"
@@ -410,7 +410,7 @@ def snapshot(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    """The ``candidate`` and ``snapshot`` subcommands of ``qwen-npu patches``."""
+    """The ``candidate`` and ``snapshot`` subcommands (make sglang-candidate, sglang-snapshot)."""
     cand = sub.add_parser(
         "candidate", help="what a new SGLang release changes, per patch and contract link"
     )
@@ -446,7 +446,7 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         try:
             return command(args)
         except (CandidateError, LookupError) as exc:  # LookupError: the pinned sources' file
-            print(f"qwen-npu patches {args.command}: {exc.args[0]}", file=sys.stderr)
+            print(f"sglang-{args.command}: {exc.args[0]}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             return 130
@@ -455,7 +455,7 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 
 def main(argv: list[str]) -> int:
-    parser = OneLineParser(prog="qwen-npu patches")
+    parser = OneLineParser(prog="python -m tools.candidate")
     add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))

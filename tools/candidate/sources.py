@@ -37,11 +37,11 @@ from typing import Any
 from qwen_npu.patches import core, gdn_contract
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 
-#: The pinned release's sources, beside this module (``qwen-npu patches snapshot`` writes it).
+#: The pinned release's sources, beside this module (``make sglang-snapshot`` writes it).
 PINNED_FILE = Path(__file__).with_name("pinned_sglang.json")
 #: The same file's place in a checkout (``--checkout`` may name another one than this package's).
 PINNED_IN_CHECKOUT = "tools/candidate/pinned_sglang.json"
-SNAPSHOT_VERB = "qwen-npu patches snapshot"
+SNAPSHOT_VERB = "make sglang-snapshot"
 
 DEF, CALLER, IMPORT = "def", "caller", "import"
 
@@ -288,7 +288,7 @@ def snapshot(sglang_dir: Path, version: str) -> dict[str, Any]:
     return {
         "about": (
             f"SGLang {version}'s code that qwen-npu's patches and GDN contract checks depend on, "
-            f"written by `{SNAPSHOT_VERB}`; the base of `qwen-npu patches candidate`'s diffs"
+            f"written by `{SNAPSHOT_VERB}`; the base of `make sglang-candidate`'s diffs"
         ),
         "sglang_version": version,
         "units": rows,

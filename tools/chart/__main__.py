@@ -11,6 +11,7 @@ from pathlib import Path
 import helm_python as helm
 import yaml
 
+from qwen_npu.sim.chart_engine import PACKAGED
 from tools.chart import sim_renders
 from tools.chart.render import (
     PROFILES_DIR,
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tools.chart", description=__doc__.splitlines()[0]
     )
     parser.add_argument("action", choices=["render", "package", "sim-renders", "engine-args"])
-    parser.add_argument("--out", type=Path, default=REPO / "out" / "chart")
+    parser.add_argument(
+        "--out", type=Path, help="default: out/chart (sim-renders: the package's data file)"
+    )
     parser.add_argument(
         "--sim-config",
         type=Path,
@@ -76,15 +79,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(shlex.join(engine_args(render_docs(values_from(path)))))
         return 0
-    if args.action == "render":
-        return _render_all(args.out)
     if args.action == "sim-renders":
-        out = args.out if args.out.suffix == ".json" else args.out / "sim-renders.json"
+        if not args.sim_config and args.out is None:  # the packaged profiles' renders (make)
+            print(f"chart: sim-renders={sim_renders.write(PACKAGED)}")
+            return 0
+        out = args.out or REPO / "out" / "chart"
+        out = out if out.suffix == ".json" else out / "sim-renders.json"
         written = sim_renders.write(out, args.sim_config)
         print(f"chart: sim-renders={written} next=export QWEN_NPU_CHART_RENDERS={written}")
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    archive = helm.package(CHART_DIR, destination=args.out)
+    out = args.out or REPO / "out" / "chart"
+    if args.action == "render":
+        return _render_all(out)
+    out.mkdir(parents=True, exist_ok=True)
+    archive = helm.package(CHART_DIR, destination=out)
     print(f"chart: packaged={archive}")
     return 0
 

@@ -1,0 +1,70 @@
+"""``make perf``'s last step: the reports in out/perf/ assembled into docs/perf.md.
+
+Why this exists: every timing figure the docs quote has one home, docs/perf.md. Its hand-kept part
+(the ``make test`` runs, the image builds, measured by hand with their commands) stays as written;
+its generated part, between the two markers, is one block per report that ``make perf-<part>``,
+``make failover`` or ``make autoscaling`` left in out/perf/<part>.md. A block whose report is not
+in out/perf/ this time is kept as it was, so ``make perf-sim`` followed by this step refreshes the
+simulator's block alone. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+BEGIN = "<!-- make perf: generated from out/perf/*.md below; edit the tools, not this part -->"
+END = "<!-- make perf: generated above -->"
+BLOCK = re.compile(r"^### `out/perf/([\w.-]+)\.md`$", re.M)
+
+
+def blocks(section: str) -> dict[str, str]:
+    """part -> its block's body, from a generated section."""
+    found = list(BLOCK.finditer(section))
+    return {
+        m.group(1): section[m.end() : found[i + 1].start() if i + 1 < len(found) else None].strip()
+        for i, m in enumerate(found)
+    }
+
+
+def demote(report: str) -> str:
+    """The report's Markdown headings three levels down, so they nest under the block heading."""
+    return re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 3) + " ", report, flags=re.M)
+
+
+def section(parts: dict[str, str]) -> str:
+    """The generated section (markers included) for ``parts`` (part -> body), sorted by part."""
+    body = "\n\n".join(f"### `out/perf/{part}.md`\n\n{parts[part].strip()}" for part in sorted(parts))
+    return f"{BEGIN}\n\n{body}\n\n{END}"
+
+
+def assemble(page: str, reports: dict[str, str]) -> str:
+    """``page`` with its generated section rebuilt: the old blocks, each replaced by its report."""
+    if page.count(BEGIN) != 1 or page.count(END) != 1:
+        raise ValueError(f"the page must hold each marker once: {BEGIN} ... {END}")
+    head, rest = page.split(BEGIN, 1)
+    old, tail = rest.split(END, 1)
+    parts = blocks(old) | {part: demote(text) for part, text in reports.items()}
+    return head + section(parts) + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.perf.assemble", description=__doc__)
+    parser.add_argument("reports", type=Path, help="the folder of the reports (out/perf)")
+    parser.add_argument("--page", type=Path, default=Path("docs/perf.md"))
+    args = parser.parse_args(argv)
+    found = sorted(args.reports.glob("*.md")) if args.reports.is_dir() else []
+    try:
+        text = assemble(args.page.read_text(), {p.stem: p.read_text() for p in found})
+    except (OSError, ValueError) as exc:
+        print(f"tools.perf.assemble: {args.page}: {exc}; restore the markers", file=sys.stderr)
+        return 2
+    args.page.write_text(text)
+    print(f">> {args.page}: {len(found)} report(s) from {args.reports} assembled")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -54,10 +54,9 @@ bench-compare: $(STAMP) ## the same bench against two endpoints, interleaved, re
 		--repeats $(REPEATS) --output $(COMPARE_OUTPUT) \
 		$(if $(LABEL_A),--label-a "$(LABEL_A)") $(if $(LABEL_B),--label-b "$(LABEL_B)") $(DATA_FLAGS)
 
-# mtp-tune: locally one simulator per setting from SIM_PROFILE; on a target URLS="off=<url> 3=<url> ...".
+# mtp-tune: locally one simulator per setting from SIM_PROFILE (mk/sim.mk); on a target URLS="off=<url> 3=<url> ...".
 SETTINGS ?= off 1 2 3
 TUNE_CONCS ?= 1 5 10 32
-SIM_PROFILE ?= qwen3.6-35b-a3b-910b-tp2-mtp
 TIME_SCALE ?= 0.5
 WAVES ?= 2
 TUNE_OUTPUT ?= $(BENCH_OUT)/mtp-tune.jsonl

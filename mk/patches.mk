@@ -3,7 +3,7 @@
 #   make patches-pth      make sure .venv's site-packages holds the current qwen_npu_patches.pth
 #   make check-wheel-pth  build the wheel, install it --no-deps in a throwaway venv, check the hook
 #   make perf-patches     start-up cost of the .pth hook, the decision time, plain decode's traffic per route -> out/perf/patches.md
-#   make sglang-candidate VERSION=<x> | WHEEL=<path> [REPIN=1]
+#   make sglang-candidate CANDIDATE=<x> | WHEEL=<path> [REPIN=1]
 #                         what a new SGLang release changes, per patch and GDN contract link
 #   make sglang-snapshot  write the pinned SGLang's sources (the base of sglang-candidate's diffs)
 #
@@ -53,21 +53,21 @@ perf-patches: patches-pth ## the .pth hook's start-up cost, the 397B decision ti
 TEST_DEPS += patches-pth verify-patches
 PERF_TARGETS += perf-patches
 
-# A new SGLang release: `make sglang-candidate VERSION=<x>` (or WHEEL=<path>) installs it in a venv
+# A new SGLang release: `make sglang-candidate CANDIDATE=<x>` (or WHEEL=<path>) installs it in a venv
 # of its own beside the pinned CPU torch and reports, per patch and per GDN contract link, what it
 # changes against the pinned release (docs/patches.md "When SGLang releases"); REPIN=1 then writes
 # the new pins and moves SGLANG_VERSION, only when the report is green (never in CI). The venv is
 # kept between runs (only SGLang is reinstalled); the report lands in out/sglang-candidate/<x>/.
 CANDIDATE_VENV := .venv-candidate
-# VERSION only as given to this make (release.mk defaults VERSION to the chart's version).
-CANDIDATE_VERSION = $(if $(filter command line environment,$(origin VERSION)),$(VERSION))
+# CANDIDATE, not VERSION: release.mk's VERSION is the chart's version (two things, two names).
+CANDIDATE ?=
 
 .PHONY: sglang-candidate sglang-snapshot
 
-sglang-candidate: $(STAMP) ## what SGLang VERSION=<x> (or WHEEL=<path>) changes, per patch; REPIN=1 moves the pins
-	@test -n "$(CANDIDATE_VERSION)$(WHEEL)" || { echo "make sglang-candidate: pass VERSION=<x> (e.g. 0.5.24) or WHEEL=<path to a wheel>"; exit 2; }
+sglang-candidate: $(STAMP) ## what SGLang CANDIDATE=<x> (or WHEEL=<path>) changes, per patch; REPIN=1 moves the pins
+	@test -n "$(CANDIDATE)$(WHEEL)" || { echo "make sglang-candidate: pass CANDIDATE=<x> (e.g. 0.5.24) or WHEEL=<path to a wheel>$(if $(filter command line,$(origin VERSION)),; VERSION is release's chart version)"; exit 2; }
 	$(BIN)/python -m tools.candidate candidate \
-		$(if $(WHEEL),--wheel $(WHEEL),--version $(CANDIDATE_VERSION)) \
+		$(if $(WHEEL),--wheel $(WHEEL),--version $(CANDIDATE)) \
 		--venv $(CANDIDATE_VENV) --python $(PYTHON) $(if $(filter 1,$(REPIN)),--repin)
 
 sglang-snapshot: $(STAMP) ## write the pinned SGLang's sources, the base of sglang-candidate's diffs

@@ -12,30 +12,23 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, output_dir, positive_float, positive_int
 from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
 from qwen_npu.fetch.layout import Revision, Store
 from qwen_npu.fetch.source import EXAMPLES, load_credentials, parse_source
 from qwen_npu.log import PartLog
 
+if TYPE_CHECKING:
+    from qwen_npu.preflight import Options
+
 log = PartLog("fetch")
 
 PROG = "qwen-npu fetch"
 SUBCOMMANDS = ("wait", "verify")
-
-
-def _positive(kind: type[float] | type[int]):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> float | int:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{value} must be above 0")
-        return value
-
-    return parse
+#: What the closing preflight judges without --profile (qwen_npu.fetch.profile.default_options).
+DEFAULT_JUDGED = "the chart's default engine"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,48 +39,54 @@ def build_parser() -> argparse.ArgumentParser:
         "(helm test). Exit 0 done, 1 failed, 2 bad input, 3 no space, 4 timed out.",
     )
     p.add_argument("source", metavar="SOURCE")
-    p.add_argument("dest", metavar="DEST", type=Path, help="becomes a link to the revision")
+    p.add_argument("dest", metavar="DEST", type=output_dir, help="becomes a link to the revision")
     p.add_argument("--revision", default=None, help="branch, tag or commit (overrides @revision)")
     tp = p.add_mutually_exclusive_group()
-    tp.add_argument("--tp", type=_positive(int), default=None, help="preflight's TP size")
-    tp.add_argument("--profile", type=Path, default=None, help="a chart profile: its engine.tpSize")
+    tp.add_argument("--tp", type=positive_int, default=None, help="preflight's TP size")
+    tp.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a chart profile (helm/qwen-npu/profiles/<name>.yaml): preflight judges the engine "
+        "the chart deploys from it (TP, SSM dtype, MTP); without it, the chart's default engine",
+    )
     p.add_argument(
         "--no-preflight",
         dest="preflight",
         action="store_false",
         help="skip the closing preflight verdict",
     )
-    p.add_argument("--jobs", type=_positive(int), default=4, help="files at once (4)")
+    p.add_argument("--jobs", type=positive_int, default=4, help="files at once (4)")
     p.add_argument(
         "--read-timeout",
-        type=_positive(float),
+        type=positive_float,
         default=60.0,
         help="seconds one read may stall before it is retried (60)",
     )
-    p.add_argument("--connect-timeout", type=_positive(float), default=20.0, help="(20)")
-    p.add_argument("--attempts", type=_positive(int), default=6, help="tries per file (6)")
+    p.add_argument("--connect-timeout", type=positive_float, default=20.0, help="(20)")
+    p.add_argument("--attempts", type=positive_int, default=6, help="tries per file (6)")
     p.add_argument(
         "--backoff",
-        type=_positive(float),
+        type=positive_float,
         default=2.0,
         help="first pause between tries, doubled each time up to --max-backoff (2)",
     )
-    p.add_argument("--max-backoff", type=_positive(float), default=120.0, help="(120)")
+    p.add_argument("--max-backoff", type=positive_float, default=120.0, help="(120)")
     p.add_argument(
         "--lease",
-        type=_positive(float),
+        type=positive_float,
         default=120.0,
         help="seconds the DEST lock outlives a dead holder (120)",
     )
     p.add_argument(
         "--lock-wait",
-        type=_positive(float),
+        type=positive_float,
         default=6 * 3600.0,
         help="seconds to wait for another fetch of DEST (21600)",
     )
     p.add_argument(
         "--progress-every",
-        type=_positive(float),
+        type=positive_float,
         default=30.0,
         help="seconds between progress lines (30)",
     )
@@ -110,9 +109,9 @@ def build_wait_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", required=True, help="SOURCE as given to the fetch")
     p.add_argument("--revision", default=None)
     p.add_argument("--sizes-only", action="store_true", help="skip the sha256 re-check")
-    p.add_argument("--timeout", type=_positive(float), default=6 * 3600.0, help="(21600)")
-    p.add_argument("--log-every", type=_positive(float), default=60.0, help="(60)")
-    p.add_argument("--poll", type=_positive(float), default=2.0, help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=positive_float, default=6 * 3600.0, help="(21600)")
+    p.add_argument("--log-every", type=positive_float, default=60.0, help="(60)")
+    p.add_argument("--poll", type=positive_float, default=2.0, help=argparse.SUPPRESS)
     return p
 
 
@@ -130,29 +129,16 @@ def build_verify_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _profile_tp(path: Path) -> int:
-    try:
-        # lazy: an extra's (pyproject.toml); the base install goes without
-        import yaml
-
-        data = yaml.safe_load(path.read_text())
-        return int(data["engine"]["tpSize"])
-    except (OSError, KeyError, TypeError, ValueError) as exc:
-        raise FetchError(f"{path}: no engine.tpSize ({exc}); pass --tp", EXIT_BAD_INPUT) from None
-    except ImportError:
-        raise FetchError(
-            "--profile needs pyyaml: pip install 'qwen-npu[fetch]'", EXIT_BAD_INPUT
-        ) from None
-
-
-def _preflight(dest: Path, tp: int | None) -> int:
-    """The checkpoint's preflight verdict (qwen_npu.preflight's API), as one log line."""
+def _preflight(dest: Path, options: Options, judged: str) -> int:
+    """The checkpoint's preflight verdict (qwen_npu.preflight's API) for the engine ``options``
+    describe (a chart profile's, or the chart's default: qwen_npu.fetch.profile), as one log
+    line."""
     # lazy: a verb loads only what it runs (--help and bad flags stay instant)
-    from qwen_npu.preflight import Options, run_preflight
+    from qwen_npu.preflight import run_preflight
     from qwen_npu.preflight.checkpoint import InputError
 
     try:
-        report = run_preflight(dest, Options(tp=tp))
+        report = run_preflight(dest, options)
     except InputError as exc:
         log(
             "error",
@@ -169,29 +155,38 @@ def _preflight(dest: Path, tp: int | None) -> int:
         verdict=report.verdict,
         tp=report.tp,
         tp_source=report.tp_source,
+        ssm_dtype=options.mamba_ssm_dtype or "the checkpoint's",
+        mtp=options.mtp,
+        judged=judged,
         blocking=len(report.blocking),
         first=first,
         next="ready to serve"
         if report.exit_code == 0
-        else f"run: qwen-npu preflight {dest} --tp {report.tp} (the table says why)",
+        else f"run: qwen-npu preflight {dest} --tp {report.tp} (the table says why)"
+        + ("" if judged != DEFAULT_JUDGED else "; --profile judges a chart profile's engine"),
     )
     return report.exit_code
 
 
 def _fetch(argv: list[str]) -> int:
     # lazy: a verb loads only what it runs (--help and bad flags stay instant)
-    from qwen_npu.fetch.run import Options, environ_ca_bundle, fetch
+    from qwen_npu.fetch.profile import default_options, profile_options
+    from qwen_npu.fetch.run import Options as FetchOptions
+    from qwen_npu.fetch.run import environ_ca_bundle, fetch
     from qwen_npu.fetch.transfer import Retry
 
     args = build_parser().parse_args(argv)
     source = parse_source(args.source, args.revision)
-    tp = _profile_tp(args.profile) if args.profile else args.tp
+    if args.profile:
+        options, judged = profile_options(args.profile), f"profile {args.profile}"
+    else:
+        options, judged = default_options(args.tp), DEFAULT_JUDGED
     load_credentials()
     if args.ca_bundle:
         if not Path(args.ca_bundle).is_file():
             raise FetchError(f"--ca-bundle {args.ca_bundle}: no such file", EXIT_BAD_INPUT)
         environ_ca_bundle(args.ca_bundle)
-    opts = Options(
+    opts = FetchOptions(
         read_timeout=args.read_timeout,
         connect_timeout=args.connect_timeout,
         retry=Retry(args.attempts, args.backoff, args.max_backoff),
@@ -211,7 +206,7 @@ def _fetch(argv: list[str]) -> int:
             f"{result.downloaded} bytes downloaded"
         )
     )
-    return _preflight(args.dest, tp) if args.preflight else 0
+    return _preflight(args.dest, options, judged) if args.preflight else 0
 
 
 def _wait(argv: list[str]) -> int:

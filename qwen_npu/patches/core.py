@@ -52,7 +52,7 @@ NEXT_STEP: dict[str, str] = {
     "drifted": (
         "the installed SGLang differs from the release this patch was written for; pin "
         "SGLANG_VERSION in docker/versions.env back, or port the patch and its fingerprint "
-        "(make sglang-candidate VERSION=<x> says what changed)"
+        "(make sglang-candidate CANDIDATE=<x> says what changed)"
     ),
     "target-missing": (
         "check that SGLang (and sgl-kernel-npu for the NPU backend) is installed and importable"

@@ -173,7 +173,7 @@ def test_the_next_line_follows_the_verdicts(repo: Path) -> None:
     rows = report.patch_rows(_probe(), [_changed(PATCHES[0].name, sources.BODY)], _green(repo),
                              repo, "0.5.24")  # fmt: skip
     line = report.next_step(rows, links, "0.5.24", "0.5.23")
-    assert "make sglang-candidate VERSION=0.5.24 REPIN=1" in line and PATCHES[0].name in line
+    assert "make sglang-candidate CANDIDATE=0.5.24 REPIN=1" in line and PATCHES[0].name in line
     unread = report.link_rows(_probe(), [])  # no candidate import of the kernels: those links fail
     assert {link.name for link in unread if link.verdict == "fail"} == set(report.SGLANG_SIDE)
     assert report.next_step(rows, unread, "0.5.24", "0.5.23").startswith("do not move")

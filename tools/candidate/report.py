@@ -31,7 +31,7 @@ from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 from tools.candidate import sources
 
 KEEP, REPIN, PORT, DROP = "keep", "re-pin", "port", "drop"
-REPIN_TARGET = "make sglang-candidate VERSION={version} REPIN=1"
+REPIN_TARGET = "make sglang-candidate CANDIDATE={version} REPIN=1"
 
 
 @dataclass
@@ -261,7 +261,7 @@ def next_step(rows: Sequence[PatchRow], links: Sequence[LinkRow], version: str, 
     if ports:
         return (
             f"port {', '.join(ports)} (the failures above) before moving to {version}; "
-            f"keep SGLANG_VERSION={pinned} until `make sglang-candidate VERSION={version}` shows "
+            f"keep SGLANG_VERSION={pinned} until `make sglang-candidate CANDIDATE={version}` shows "
             'no port (docs/patches.md, "When SGLang releases")'
         )
     if broken:

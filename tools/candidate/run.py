@@ -1,5 +1,5 @@
 """``python -m tools.candidate candidate|snapshot``: the loop behind
-``make sglang-candidate VERSION=<x>``.
+``make sglang-candidate CANDIDATE=<x>``.
 
 Why a venv of its own: the candidate SGLang must be imported with the pinned CPU torch and
 nothing else of ours changed, and ``.venv`` must keep the pinned release the rest of the tests

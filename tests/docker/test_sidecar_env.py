@@ -234,3 +234,34 @@ def test_the_engine_sglang_version_check_passes_with_the_pinned_release(
     assert subprocess.run([sys.executable, "-c", check], timeout=60).returncode == 0
     wrong = code.replace("${SGLANG_VERSION}", "0.0.1")
     assert subprocess.run([sys.executable, "-c", wrong], capture_output=True, timeout=60).returncode
+
+
+def test_the_wheel_is_the_product_and_its_simulator_profiles_start_alone(
+    sidecar_venv: Path, tmp_path: Path
+) -> None:
+    """The wheel carries no maintainer's tool (tools/candidate, its SGLang snapshot), and every
+    profile `qwen-npu sim --list-profiles` names prints its config from the installed wheel
+    alone: no checkout, no QWEN_NPU_CHART_RENDERS (the chart-backed ones read package data)."""
+    import zipfile
+
+    (wheel,) = (sidecar_venv.parent / "dist").glob("qwen_npu-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "qwen_npu/sim/profiles/chart-renders.json" in names
+    assert not [n for n in names if "candidate" in n or "pinned_sglang" in n]
+    env = {"PATH": f"{sidecar_venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    qwen_npu = str(sidecar_venv / "bin" / "qwen-npu")
+
+    def sim(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [qwen_npu, "sim", *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+
+    listed = sim("--list-profiles")
+    assert listed.returncode == 0, listed.stderr
+    profiles = listed.stdout.split()
+    assert "fast-test" in profiles and "qwen3.6-35b-a3b-910b-tp2-mtp" in profiles
+    for profile in profiles:
+        shown = sim("--profile", profile, "--print-config")
+        assert shown.returncode == 0, f"{profile}: {shown.stderr}"
+        assert '"served-model-name"' in shown.stdout, profile

@@ -140,3 +140,69 @@ def test_the_draft_quantization_flag_only_when_asked_and_only_with_mtp() -> None
         {"engine": {"extraArgs": ["--speculative-draft-model-quantization", "unquant"]}}
     )
     assert "mtp.draftQuantization" in message
+
+
+def _host_file_seen_at(template: dict[str, Any], name: str, path: str) -> tuple[str, bool] | None:
+    """The node's file container `name` sees at `path` (through a hostPath volume), and whether
+    the mount is read-only; None when no hostPath mount covers the path."""
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    found = chart_tool.container(template, name)
+    assert found is not None, name
+    for mount in found.get("volumeMounts", []):
+        where = mount["mountPath"].rstrip("/")
+        if path != where and not path.startswith(where + "/"):
+            continue
+        host = volumes[mount["name"]].get("hostPath")
+        if host is None:
+            continue
+        inside = mount.get("subPath", "") or path[len(where) :].lstrip("/")
+        if host.get("type") == "File":
+            assert not inside, (name, mount)
+            return host["path"], bool(mount.get("readOnly"))
+        return f"{host['path'].rstrip('/')}/{inside}", bool(mount.get("readOnly"))
+    return None
+
+
+@pytest.mark.parametrize("runtime", sorted(chart_tool.RUNTIMES))
+def test_the_engine_and_preflight_see_the_nodes_version_info_in_every_runtime_mode(
+    rendered_scenarios: dict[str, list[dict[str, Any]]], runtime: str
+) -> None:
+    """Issue 41, item 2: the Ascend Docker Runtime never mounts driver/version.info, and the
+    preflight init container gets nothing injected (it requests no NPU): the chart mounts the
+    node's file read-only where the entrypoint and preflight read it, in every profile."""
+    suffix = chart_tool.RUNTIMES[runtime]
+    checked = 0
+    for profile in chart_tool.profiles():
+        docs = rendered_scenarios[f"{profile.stem}-mtp-on{suffix}"]
+        for role, template in chart_tool.pod_templates(chart_tool.engine_workload(docs)):
+            for name in ("engine", "preflight"):
+                env = _env(chart_tool.container(template, name))
+                path = env["QWEN_NPU_DRIVER_VERSION_FILE"]
+                assert path == "/usr/local/Ascend/driver/version.info"
+                seen = _host_file_seen_at(template, name, path)
+                assert seen == ("/usr/local/Ascend/driver/version.info", True), (
+                    profile.stem,
+                    role,
+                    name,
+                    seen,
+                )
+                checked += 1
+    assert checked >= 2 * len(chart_tool.profiles())
+
+
+def test_in_runtime_mode_the_file_alone_is_mounted_as_a_file_at_the_value() -> None:
+    values = {"npu": {"driverVersionFile": "/opt/drv/version.info"}}
+    for role, template in _templates(values):
+        (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == "ascend-driver-version"]
+        assert volume["hostPath"] == {"path": "/opt/drv/version.info", "type": "File"}, role
+        for name in ("engine", "preflight"):
+            assert _host_file_seen_at(template, name, "/opt/drv/version.info") == (
+                "/opt/drv/version.info",
+                True,
+            ), (role, name)
+        # nothing else of the driver: the runtime injects lib64 and include itself
+        assert not any(v["name"] == "ascend-driver" for v in template["spec"]["volumes"]), role
+    host = {"npu": {"runtime": "hostPath"}}
+    for role, template in _templates(host):
+        names = {v["name"] for v in template["spec"]["volumes"]}
+        assert "ascend-driver-version" not in names and "ascend-driver" in names, role

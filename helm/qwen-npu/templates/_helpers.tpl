@@ -500,14 +500,23 @@ The engine pods' securityContext: podSecurityContext plus npu.deviceGroupId in s
 {{- end }}
 
 {{/*
-The engine pods' affinity: scheduling.affinity, plus (scheduling.driverVersion.values set) the
-node label stating a supported driver, required in every node-selector term.
+The engine pods' affinity: scheduling.affinity, plus, required in every node-selector term, (1)
+with scheduling.driverVersion.values the node label stating a supported driver, (2) with
+scheduling.superPod.spBlock > 0 (the sp-block placement only an Atlas 900 A3 SuperPoD has) the
+label MindCluster gives its nodes, `accelerator-type: module-a3-16-super-pod` (an Atlas 800 A3 /
+A200T A3 Box8 server carries `module-a3-16`; chips/a3.yaml admits both; docs/chart.md).
 */}}
 {{- define "qwen-npu.engineAffinity" -}}
 {{- $aff := deepCopy (default (dict) .Values.scheduling.affinity) }}
 {{- $d := .Values.scheduling.driverVersion }}
+{{- $exprs := list }}
 {{- if $d.values }}
-{{- $expr := dict "key" $d.nodeLabel "operator" "In" "values" $d.values }}
+{{- $exprs = append $exprs (dict "key" $d.nodeLabel "operator" "In" "values" $d.values) }}
+{{- end }}
+{{- if gt (int .Values.scheduling.superPod.spBlock) 0 }}
+{{- $exprs = append $exprs (dict "key" "accelerator-type" "operator" "In" "values" (list "module-a3-16-super-pod")) }}
+{{- end }}
+{{- if $exprs }}
 {{- $node := default (dict) (get $aff "nodeAffinity") }}
 {{- $req := default (dict) (get $node "requiredDuringSchedulingIgnoredDuringExecution") }}
 {{- $terms := default (list) (get $req "nodeSelectorTerms") }}
@@ -517,7 +526,7 @@ node label stating a supported driver, required in every node-selector term.
 {{- $out := list }}
 {{- range $terms }}
 {{- $t := deepCopy . }}
-{{- $_ := set $t "matchExpressions" (append (default (list) (get $t "matchExpressions")) $expr) }}
+{{- $_ := set $t "matchExpressions" (concat (default (list) (get $t "matchExpressions")) $exprs) }}
 {{- $out = append $out $t }}
 {{- end }}
 {{- $_ := set $req "nodeSelectorTerms" $out }}

@@ -118,11 +118,16 @@ spec:
         - name: model
           mountPath: {{ $v.model.mountPath }}
           readOnly: true
+        {{- /* Only the driver's version.info, for preflight's driver check (no NPU, no library):
+        this container requests no NPU, so no runtime injects anything into it. */}}
         {{- if eq $v.npu.runtime "hostPath" }}
-        {{- /* Only the driver's version.info, for preflight's driver check (no NPU, no library). */}}
         - name: ascend-driver
           mountPath: {{ $v.npu.driverVersionFile }}
           subPath: version.info
+          readOnly: true
+        {{- else }}
+        - name: ascend-driver-version
+          mountPath: {{ $v.npu.driverVersionFile }}
           readOnly: true
         {{- end }}
   {{- end }}
@@ -336,7 +341,9 @@ spec:
 Host files the engine needs beyond the NPUs the device plugin hands out. npu.runtime=hostPath
 (pools without the Ascend Docker Runtime): the driver, DCMI, npu-smi and the install info; no device
 nodes (a mounted device node is not in the container's device allow-list: the device plugin's
-DeviceSpecs or npu.hostPath.privileged give access); network.hccnConf: the node's /etc/hccn.conf
+DeviceSpecs or npu.hostPath.privileged give access); npu.runtime=ascend-docker-runtime: the driver's
+version.info alone (hostPath type File: a node without it does not start the pod, the event names
+the path); network.hccnConf: the node's /etc/hccn.conf
 (the NICs HCCL uses). Mount names and paths come in pairs from "qwen-npu.npuHostFiles".
 */}}
 {{- define "qwen-npu.npuHostFiles" -}}
@@ -354,6 +361,10 @@ DeviceSpecs or npu.hostPath.privileged give access); network.hccnConf: the node'
 {{- with $h.installInfoPath }}
 {{- $files = append $files (dict "name" "ascend-install-info" "path" . "type" "File") }}
 {{- end }}
+{{- else }}
+{{- /* The Ascend Docker Runtime mounts driver/lib64 and include, never driver/version.info (and
+ASCEND_RUNTIME_MOUNTS cannot add it): the node's file, read-only, for the entrypoint's driver check. */}}
+{{- $files = append $files (dict "name" "ascend-driver-version" "path" $v.npu.driverVersionFile "type" "File") }}
 {{- end }}
 {{- if $v.network.hccnConf.enabled }}
 {{- $files = append $files (dict "name" "hccn-conf" "path" $v.network.hccnConf.path "type" "File") }}

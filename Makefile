@@ -93,8 +93,9 @@ fmt: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-perf: $(STAMP) $(PERF_TARGETS) ## run the benchmarks; figures land in out/perf/
+perf: $(STAMP) $(PERF_TARGETS) ## run the benchmarks; figures land in out/perf/ and docs/perf.md
 	@echo ">> perf figures:"; ls -1 $(OUT)/perf 2>/dev/null | sed 's/^/   out\/perf\//'
+	$(BIN)/python -m tools.perf.assemble $(OUT)/perf --page docs/perf.md
 
 clean: ## remove generated output (keeps .venv)
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache

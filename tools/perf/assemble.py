@@ -36,16 +36,24 @@ def demote(report: str) -> str:
 
 def section(parts: dict[str, str]) -> str:
     """The generated section (markers included) for ``parts`` (part -> body), sorted by part."""
-    body = "\n\n".join(f"### `out/perf/{part}.md`\n\n{parts[part].strip()}" for part in sorted(parts))
+    body = "\n\n".join(
+        f"### `out/perf/{part}.md`\n\n{parts[part].strip()}" for part in sorted(parts)
+    )
     return f"{BEGIN}\n\n{body}\n\n{END}"
+
+
+def split(page: str) -> tuple[str, str, str]:
+    """(before, between, after) the page's two markers; ValueError unless each is there once."""
+    if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
+        raise ValueError(f"the page must hold each marker once, in order: {BEGIN} ... {END}")
+    head, rest = page.split(BEGIN, 1)
+    between, tail = rest.split(END, 1)
+    return head, between, tail
 
 
 def assemble(page: str, reports: dict[str, str]) -> str:
     """``page`` with its generated section rebuilt: the old blocks, each replaced by its report."""
-    if page.count(BEGIN) != 1 or page.count(END) != 1:
-        raise ValueError(f"the page must hold each marker once: {BEGIN} ... {END}")
-    head, rest = page.split(BEGIN, 1)
-    old, tail = rest.split(END, 1)
+    head, old, tail = split(page)
     parts = blocks(old) | {part: demote(text) for part, text in reports.items()}
     return head + section(parts) + tail
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from qwen_npu import __version__
+from qwen_npu.cli_parser import fail, run_verb
 
 # verb -> (module, one-line help). Each module exposes ``main(argv: list[str]) -> int``.
 VERBS: dict[str, tuple[str, str]] = {
@@ -30,6 +31,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "on-call switches: status, mtp-off/on, patch-off/on, rollback",
     ),
     "dashboards": ("qwen_npu.observability.cli", "generate dashboards and alert rules"),
+    "qualify": ("qwen_npu.qualify.cli", "qualify a deployment: claims, verdicts, one report"),
 }
 
 
@@ -44,27 +46,25 @@ def _usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
-        print(_usage())
-        return 0
+        return run_verb("qwen-npu", lambda _: print(_usage()), [])
     if args[0] in ("-V", "--version"):
-        print(__version__)
-        return 0
+        return run_verb("qwen-npu", lambda _: print(__version__), [])
     verb, rest = args[0], args[1:]
     if verb not in VERBS:
-        print(f"qwen-npu: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return fail("qwen-npu", f"unknown verb {verb!r}; see: qwen-npu --help (the verbs)")
     module_name, _ = VERBS[verb]
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        print(
-            f"qwen-npu {verb}: cannot import {module_name} ({exc}). "
-            "Install the part's extra, e.g. pip install 'qwen-npu[sidecar]', or run make setup.",
-            file=sys.stderr,
+        return fail(
+            f"qwen-npu {verb}",
+            f"cannot import {module_name} ({exc}); install the part's extra, e.g. pip install "
+            "'qwen-npu[sidecar]', or run make setup",
         )
-        return 2
     entry: Callable[[list[str]], int] = module.main
-    return int(entry(rest) or 0)
+    # the edge (cli_parser.run_verb): a closed stdout, Ctrl-C and a file or value the verb did not
+    # catch end in one line and the exit code of docs/cli.md, never a traceback
+    return run_verb(f"qwen-npu {verb}", entry, rest)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ fused_sigmoid_gating_recurrent_decode_optimized.py``, PR #740 and its later stor
 
 ``KERNEL_SOURCE`` with ``V_MAJOR_ADDRESS`` in place of ``K_MAJOR_ADDRESS`` is the same kernel
 addressing V-major (sgl-kernel-npu issue #640's fix): ``load(...)`` writes either to a file and
-imports it. The float64 reference (``reference_decode``) and the verify stand-in
-(``reference_verify``, V-major bf16 like the AscendC ``recurrent_gated_delta_rule``, writing the
-intermediate cache) are plain torch.
+imports it. The float64 reference (``reference_decode``, in the package:
+qwen_npu/patches/kernels/reference.py, which ``qwen-npu qualify --kernels`` holds kernels against
+too) and the verify stand-in (``reference_verify``, V-major bf16 like the AscendC
+``recurrent_gated_delta_rule``, writing the intermediate cache) are plain torch.
 
 ``load_v_major()`` imports qwen-npu's own V-major decode kernel (the in-place route,
 ``qwen_npu/patches/kernels/gdn_decode_v_major.py``) under Triton's interpreter; it calls
@@ -40,6 +41,9 @@ from types import ModuleType
 import torch
 
 from fixtures.triton_interpreter import interpret_mode as interpreted
+from qwen_npu.patches.kernels.reference import gating, reference_decode, step
+
+__all__ = ["gating", "reference_decode", "step"]  # re-exported for the patch tests
 
 HERE = Path(__file__).resolve().parent
 KERNEL_FILE = HERE / "gdn_decode_kernel_template.py"
@@ -77,58 +81,6 @@ def load_v_major() -> ModuleType:
     sys.modules.pop(V_MAJOR_MODULE, None)
     with interpreter():
         return importlib.import_module(V_MAJOR_MODULE)
-
-
-def gating(
-    A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(decay, beta) per (token, value head), float64."""
-    x = a.double() + dt_bias.double()
-    softplus = torch.where(x <= 20.0, torch.log1p(torch.exp(x)), x)
-    decay = torch.exp(-torch.exp(A_log.double()) * softplus)
-    return decay, torch.sigmoid(b.double())
-
-
-def _normalised(x: torch.Tensor) -> torch.Tensor:
-    return x / (x.norm(dim=-1, keepdim=True) + 1e-6)
-
-
-def step(
-    state: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    decay: torch.Tensor,
-    beta: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token of the gated delta rule on math states ``S[n, hv, k, v]`` (any float dtype).
-
-    q, k: ``[N, H, K]`` (grouped over HV), v: ``[N, HV, V]``, decay/beta: ``[N, HV]``.
-    Returns (new state, output ``[N, HV, V]``).
-    """
-    heads, value_heads = q.shape[1], v.shape[1]
-    group = value_heads // heads
-    qn = _normalised(q).repeat_interleave(group, dim=1) * q.shape[-1] ** -0.5
-    kn = _normalised(k).repeat_interleave(group, dim=1)
-    state = state * decay[..., None, None]
-    delta = (v - torch.einsum("nhkv,nhk->nhv", state, kn)) * beta[..., None]
-    state = state + kn[..., :, None] * delta[..., None, :]
-    return state, torch.einsum("nhkv,nhk->nhv", state, qn)
-
-
-def reference_decode(
-    states: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    A_log: torch.Tensor,
-    a: torch.Tensor,
-    dt_bias: torch.Tensor,
-    b: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float64 decode of one token per request from math states ``[N, HV, K, V]``."""
-    decay, beta = gating(A_log, a, dt_bias, b)
-    return step(states.double(), q.double(), k.double(), v.double(), decay, beta)
 
 
 def reference_verify(

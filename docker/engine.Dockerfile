@@ -234,6 +234,8 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 # loads the patches in every Python process of the engine. Then every file the install wrote
 # (its RECORD: package, .pth, console script, .pyc) is copied to /opt/qwen-npu, laid out as /opt/venv.
 COPY pyproject.toml README.md /tmp/qwen-npu/
+# The package's version is read from here at build time (pyproject.toml [tool.hatch.version]).
+COPY docker/versions.env /tmp/qwen-npu/docker/versions.env
 COPY qwen_npu /tmp/qwen-npu/qwen_npu
 RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt /tmp/qwen-npu \
     && rm -rf /tmp/qwen-npu /tmp/constraints.txt \

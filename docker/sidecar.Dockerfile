@@ -19,6 +19,8 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 # model.fetch staging Job: the hub and object-store clients, `make image-fetch`).
 ARG EXTRAS=sidecar
 COPY pyproject.toml README.md /src/
+# The package's version is read from here at build time (pyproject.toml [tool.hatch.version]).
+COPY docker/versions.env /src/docker/versions.env
 COPY qwen_npu /src/qwen_npu
 COPY docker/sidecar-constraints.txt /src/docker/sidecar-constraints.txt
 # The wheel first, then the venv from the wheel (what a user installs); pip itself is dropped.

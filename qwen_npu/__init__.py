@@ -2,6 +2,20 @@
 
 One CLI, ``qwen-npu <verb>`` (cli.py, the verbs' one list). The parts and what each holds are
 listed once, in docs/architecture.md ("The house").
+
+``__version__`` is the installed distribution's (its one home is docker/versions.env, which the
+build reads); read lazily, so the engine's start-up hook does not pay for the metadata scan.
 """
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+
+def __getattr__(name: str) -> str:
+    if name != "__version__":
+        raise AttributeError(f"module 'qwen_npu' has no attribute {name!r}")
+    try:
+        found = metadata.version("qwen-npu")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        found = "unknown"
+    globals()["__version__"] = found
+    return found

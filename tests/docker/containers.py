@@ -39,10 +39,12 @@ def podman(
 
 
 def chart_images() -> dict[str, dict[str, Any]]:
-    values = yaml.safe_load((REPO / "helm" / "qwen-npu" / "values.yaml").read_text())
-    images = values["image"]
+    """values.yaml's image blocks, an empty tag as the chart renders it (its appVersion)."""
+    chart = REPO / "helm" / "qwen-npu"
+    images = yaml.safe_load((chart / "values.yaml").read_text())["image"]
     assert isinstance(images, dict)
-    return images
+    app_version = str(yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"])
+    return {name: {**block, "tag": block["tag"] or app_version} for name, block in images.items()}
 
 
 def make_refs() -> dict[str, str]:

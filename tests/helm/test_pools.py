@@ -240,15 +240,17 @@ def test_should_pin_cpus_only_when_pod_has_exclusive_cpuset(
 
 
 def test_should_run_the_a3_engine_build_when_a3_overlay_or_profile(
-    rendered_scenarios: dict[str, list[dict[str, Any]]],
+    rendered_scenarios: dict[str, list[dict[str, Any]]], versions: dict[str, str]
 ) -> None:
+    version = versions["QWEN_NPU_VERSION"]
     for name in ("122b-a3", "qwen3.5-397b-a17b-w8a8-a3-mtp-on"):
         (template,) = _templates(rendered_scenarios[name]).values()
         for container in ("engine", "preflight"):
             found = chart_tool.container(template, container)
-            assert found is not None and found["image"].endswith(":0.1.0-a3"), (name, container)
+            assert found is not None, (name, container)
+            assert found["image"].endswith(f":{version}-a3"), (name, container)
         sidecar = chart_tool.container(template, "sidecar")
-        assert sidecar is not None and sidecar["image"].endswith(":0.1.0")
+        assert sidecar is not None and sidecar["image"].endswith(f":{version}")
         # both A3 server kinds, by affinity (tests/helm/test_a3_placement.py)
         assert "accelerator-type" not in template["spec"]["nodeSelector"]
     a3 = chart_tool.engine_workload(rendered_scenarios["qwen3.5-397b-a17b-w8a8-a3-mtp-on"])

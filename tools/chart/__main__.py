@@ -25,6 +25,7 @@ from tools.chart.render import (
 )
 from tools.chart.validate import lint
 from tools.paths import CHART_DIR, REPO
+from tools.versions import read_versions
 
 
 def _render_all(out: Path) -> int:
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "render":
         return _render_all(out)
     out.mkdir(parents=True, exist_ok=True)
-    archive = helm.package(CHART_DIR, destination=out)
+    # appVersion (the images' tag) from docker/versions.env at package time, its one home
+    app_version = read_versions()["QWEN_NPU_VERSION"]
+    archive = helm.package(CHART_DIR, destination=out, app_version=app_version)
     print(f"chart: packaged={archive}")
     return 0
 

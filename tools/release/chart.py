@@ -22,6 +22,7 @@ import yaml
 from tools.paths import CHART_DIR
 from tools.release import ReleaseError
 from tools.release.registry import Registry, Target
+from tools.versions import read_versions
 
 PROV_MEDIA_TYPE = "application/vnd.cncf.helm.chart.provenance.v1.prov"
 CHART_REPO = "charts"
@@ -88,7 +89,10 @@ def package(
         raise ReleaseError(
             f"the pinned chart fails its schema ({exc}); see values.schema.json"
         ) from None
-    archive = Path(helm.package(str(staged), destination=str(work), version=version))
+    app_version = read_versions()["QWEN_NPU_VERSION"]  # the images' release: versions.env's
+    archive = Path(
+        helm.package(str(staged), destination=str(work), version=version, app_version=app_version)
+    )
     shutil.rmtree(staged.parent)
     return archive
 

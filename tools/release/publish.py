@@ -42,14 +42,14 @@ class ImageSpec:
 
     @classmethod
     def parse(cls, text: str) -> ImageSpec:
-        """`name:tag=transport:ref[,flavour=cpu]` (e.g. engine:0.1.0=containers-storage:...)."""
+        """`name:tag=transport:ref[,flavour=cpu]` (e.g. engine:<version>=containers-storage:...)."""
         head, _, source = text.partition("=")
         name, _, tag = head.partition(":")
         source, _, flavour = source.partition(",flavour=")
         if name not in IMAGES or not tag or ":" not in source:
             raise ReleaseError(
                 f"--image {text!r}: write NAME:TAG=TRANSPORT:REF with NAME one of "
-                f"{', '.join(IMAGES)} (e.g. sidecar:0.1.0=containers-storage:<local name>)"
+                f"{', '.join(IMAGES)} (e.g. sidecar:<version>=containers-storage:<local name>)"
             )
         return cls(name, tag, source, flavour or "")
 

@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
-from qwen_npu.log import PartLog
+from qwen_npu.log import PartLog, line
 from qwen_npu.patches import buildcheck, core, gdn_contract, hook, modes, state
 from qwen_npu.patches.registry import (
     ENV_DISABLE,
@@ -149,30 +149,35 @@ def _startup_line(
     unused: list[str] | None = None,
     mode: modes.Mode | None = None,
 ) -> str:
-    """The one line the entrypoint prints before the model load (logfmt, the patches' shape)."""
+    """The one line the entrypoint prints before the model load (``qwen_npu.log``'s shape)."""
     states = ",".join(f"{r['name']}={r['state']}" for r in rows)
-    said = f' mode="{mode.describe()}"' if mode is not None else ""
+    said = mode.describe() if mode is not None else None
     if not (bad or unknown):
         if unused:
-            return (
-                f"qwen_npu.patches level=warning event=verify_passed patches={len(rows)} "
-                f'states="{states}"{said} unused_problems="{",".join(unused)}" '
-                f'next="{NEXT_UNUSED}"'
+            return line(
+                "patches",
+                "warning",
+                "verify_passed",
+                patches=len(rows),
+                states=states,
+                mode=said,
+                unused_problems=",".join(unused),
+                next=NEXT_UNUSED,
             )
-        return (
-            f"qwen_npu.patches level=info event=verify_passed patches={len(rows)} "
-            f'states="{states}"{said}'
-        )
+        return line("patches", "info", "verify_passed", patches=len(rows), states=states, mode=said)
     failed = ",".join(f"{r['name']}={r['state']}" for r in bad) or "none"
     why = "; ".join(f"{r['name']}: {r['detail']}" for r in bad)
     if unknown:
         why = f"unknown names in QWEN_NPU_DISABLE_PATCHES: {','.join(unknown)}; {why}"
     first = bad[0]["state"] if bad else ""
     nxt = core.NEXT_STEP.get(first) or gdn_contract.NEXT.get(first) or "fix " + ENV_DISABLE
-    why = why.replace('"', "'")
-    return (
-        f'qwen_npu.patches level=error event=verify_failed failed="{failed}" detail="{why}" '
-        f'next="{nxt}; qwen-npu patches explain NAME; patches.disabled turns one off"'
+    return line(
+        "patches",
+        "error",
+        "verify_failed",
+        failed=failed,
+        detail=why,
+        next=f"{nxt}; qwen-npu patches explain NAME; patches.disabled turns one off",
     )
 
 

@@ -13,6 +13,34 @@
 # A missing script is one key=value warning line on stderr; the rest still load.
 # Output: QWEN_NPU_CANN_ENV_LOADED=1 is exported so children do not source it again. (In the image,
 # the entrypoint's own bash already loads it through BASH_ENV; its explicit `.` is then a no-op.)
+# It also defines the container's log line (every bash of it loads this file first):
+
+# qwen_npu_line PART LEVEL EVENT [key=value ...]: one line in the shape of every part of qwen-npu
+# (qwen_npu/log.py), `qwen_npu.<part> level=<LEVEL> event=<event> key=value ... next="..."`; the
+# level upper case, a value that is empty or holds a space, a quote, `=`, a tab or a newline
+# double-quoted with backslash escapes (log.quote). Callers put next= last.
+qwen_npu_line() {
+    local part="$1" level="${2^^}" event="$3" field key value text
+    shift 3
+    if [ "$level" = WARN ]; then level=WARNING; fi
+    text="qwen_npu.$part level=$level event=$event"
+    for field in "$@"; do
+        key="${field%%=*}" value="${field#*=}"
+        if [ -z "$value" ] || [[ "$value" == *[\ \"=$'\t'$'\n']* ]]; then
+            value="${value//\\/\\\\}"
+            value="${value//\"/\\\"}"
+            value="${value//$'\n'/\\n}"
+            value="\"$value\""
+        fi
+        text+=" $key=$value"
+    done
+    printf '%s\n' "$text"
+}
+
+# qwen_npu_log LEVEL EVENT [key=value ...]: the entrypoint's line (part `entrypoint`), on stderr.
+qwen_npu_log() {
+    qwen_npu_line entrypoint "$@" >&2
+}
 
 qwen_npu_load_cann_env() {
     local script saved_opts errexit=0
@@ -23,8 +51,8 @@ qwen_npu_load_cann_env() {
     set +eu
     for script in ${QWEN_NPU_CANN_ENV_SCRIPTS:-/usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh}; do
         if [ ! -r "$script" ]; then
-            echo "qwen-npu-entrypoint level=warning event=cann_env_missing script=$script" \
-                "next=\"check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)\"" >&2
+            qwen_npu_log warning cann_env_missing "script=$script" \
+                "next=check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)"
             continue
         fi
         case "$script" in

@@ -9,7 +9,8 @@ A module binds its part once, ``log = PartLog("sidecar")``, and calls ``log(leve
 **fields)``; that is the one way in. A part's logger has its own stderr handler (the lines appear
 whatever the host process does with the root logger, e.g. SGLang in the engine) and does not
 propagate; a part named in ``LEVEL_ENV`` takes its threshold from that environment variable.
-``RateLimiter`` keeps a repeated failure to one line a minute.
+``RateLimiter`` keeps a repeated failure to one line a minute. ``LINE`` is the shape as a regular
+expression (the tests hold every part's lines, and the engine entrypoint's, to it).
 
 Standard library only: it runs inside the engine (Python 3.12) too.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -26,6 +28,12 @@ PREFIX = "qwen_npu"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: Parts whose threshold an environment variable sets (read at the part's first line).
 LEVEL_ENV = {"patches": "QWEN_NPU_PATCH_LOG_LEVEL"}
+#: One whole line: the part, the level (upper case), the event, then ``key=value`` fields, each
+#: value bare or double-quoted with backslash escapes (``quote``).
+LINE = re.compile(
+    rf"{PREFIX}\.[a-z][a-z0-9_.]* level=(?:{'|'.join(LEVELS)}) event=[A-Za-z0-9_.-]+"
+    r'(?: [A-Za-z_][A-Za-z0-9_.]*=(?:"(?:[^"\\\n]|\\.)*"|[^ "=\n\t]+))*'
+)
 #: Parts whose threshold this process has set (``PartLog.logger``'s first use, ``setup``).
 _CONFIGURED: set[str] = set()
 
@@ -59,25 +67,33 @@ def line(part: str, level: str, event: str, **fields: object) -> str:
 
 class Formatter(logging.Formatter):
     """The shape for any record: ``log``'s records carry their event and fields; a plain record
-    (a library's own message, e.g. uvicorn's) becomes ``event=message msg="..."``."""
+    (a library's own message, e.g. uvicorn's) becomes ``event=message msg="..."``, written as the
+    ``part`` it serves (``qwen_npu.sim ... logger=uvicorn.error``) when one is given."""
+
+    def __init__(self, part: str | None = None) -> None:
+        super().__init__()
+        self.part = part
 
     def format(self, record: logging.LogRecord) -> str:
+        name = record.name
         event = getattr(record, "qwen_npu_event", None)
         fields: Mapping[str, object] = getattr(record, "qwen_npu_fields", {})
         if event is None:
             event, fields = "message", {"msg": record.getMessage()}
+            if self.part is not None and not name.startswith(f"{PREFIX}."):
+                name, fields = f"{PREFIX}.{self.part}", {"logger": record.name, **fields}
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             fields = {**fields, "error": f"{type(exc).__name__}: {exc}"}
-        return f"{record.name} level={record.levelname} {format_fields(event, fields)}"
+        return f"{name} level={record.levelname} {format_fields(event, fields)}"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is at emit time (test capture, redirected streams)."""
 
-    def __init__(self) -> None:
+    def __init__(self, part: str | None = None) -> None:
         super().__init__()
-        self.setFormatter(Formatter())
+        self.setFormatter(Formatter(part))
 
     @property
     def stream(self) -> object:
@@ -108,7 +124,7 @@ def setup(part: str, level: str, also: Iterable[str] = ()) -> logging.Logger:
     logger = get_logger(part, level)
     for name in also:
         other = logging.getLogger(name)
-        other.handlers[:] = [_StderrHandler()]
+        other.handlers[:] = [_StderrHandler(part)]
         other.setLevel(level_number(level))
         other.propagate = False
     return logger
@@ -169,6 +185,7 @@ class RateLimiter:
 
 
 __all__ = [
+    "LINE",
     "PREFIX",
     "Formatter",
     "PartLog",

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from qwen_npu import log
+from fixtures.checkpoints import write_checkpoint
+from qwen_npu import log, processes
 
 
 def fields_of(line: str) -> tuple[str, dict[str, str]]:
@@ -60,7 +64,11 @@ def test_a_library_record_comes_out_in_the_same_shape(capsys: pytest.CaptureFixt
     logging.getLogger("testlib.server").info("Started server process [%d]", 42)
     logging.getLogger("testlib.server").debug("not shown at info")
     err = capsys.readouterr().err
-    assert err == 'testlib.server level=INFO event=message msg="Started server process [42]"\n'
+    assert err == (
+        "qwen_npu.testlib level=INFO event=message logger=testlib.server "
+        'msg="Started server process [42]"\n'
+    )
+    assert log.LINE.fullmatch(err.strip())
 
 
 def test_level_names_and_the_threshold(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,3 +95,54 @@ def test_a_part_quieted_once_is_quiet_in_every_module(
     assert [fields_of(line)[1]["event"] for line in capsys.readouterr().err.splitlines()] == [
         "shown"
     ]
+
+
+def off_shape(text: str) -> list[str]:
+    """The lines of a verb's output that look like log lines (a ``level=`` or an ``event=``) but
+    do not match ``log.LINE``; a verb's one-line error (``qwen-npu VERB: error: ...``) aside."""
+    return [
+        line
+        for line in text.splitlines()
+        if ("level=" in line or "event=" in line)
+        and not line.startswith("qwen-npu ")
+        and not log.LINE.fullmatch(line)
+    ]
+
+
+def test_the_shape_rejects_the_old_hand_built_lines() -> None:
+    assert off_shape("qwen_npu.patches level=info event=verify_passed patches=4") != []
+    assert off_shape("qwen-npu-entrypoint level=error event=x next=y") != []
+    assert off_shape("qwen-npu fetch: error: x: bad event=; fix it") == []  # a verb's error line
+    assert off_shape("event=stale path=x") != []
+    assert off_shape('qwen_npu.sim level=INFO event=ready what="a b" n=1') == []
+
+
+@pytest.mark.slow
+def test_every_verb_logs_in_one_shape(tmp_path: Path) -> None:
+    """preflight, patches verify at start-up, dashboards and the simulator's start, as a user
+    runs them: every log line they print matches ``log.LINE`` (the fetch, the release and the
+    entrypoint are held to it in their own tests)."""
+    ckpt = write_checkpoint(tmp_path / "35b", "35B-A3B")
+    runs = [
+        ["preflight", str(ckpt), "--tp", "2", "--mamba-ssm-dtype", "bfloat16"],
+        ["patches", "verify", "--strict", "--startup", "--engine-args", "--model-path", "/m"],
+        ["dashboards", "--check"],
+    ]
+    seen: list[str] = []
+    for argv in runs:
+        done = subprocess.run(
+            [sys.executable, "-m", "qwen_npu", *argv], capture_output=True, text=True, timeout=120
+        )
+        text = done.stdout + done.stderr
+        assert off_shape(text) == [], argv
+        seen += [line for line in text.splitlines() if log.LINE.fullmatch(line)]
+    port = processes.free_port()
+    cmd = [sys.executable, "-m", "qwen_npu", "sim", "--profile", "fast-test", "--port", str(port)]
+    sim_log = tmp_path / "sim.log"
+    with processes.running(cmd, log=sim_log, ready_url=f"http://127.0.0.1:{port}/health"):
+        pass
+    text = sim_log.read_text()
+    assert off_shape(text) == []
+    seen += [line for line in text.splitlines() if log.LINE.fullmatch(line)]
+    parts = {line.split()[0] for line in seen}
+    assert {"qwen_npu.patches", "qwen_npu.dashboards", "qwen_npu.sim"} <= parts, seen

@@ -12,8 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, output_dir, output_file
+from qwen_npu.log import PartLog
 from qwen_npu.observability.config import DEFAULT_CHART, Config
+
+log = PartLog("dashboards")
 
 DEFAULT_OUT = DEFAULT_CHART / "files"
 
@@ -26,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=output_dir,
         default=DEFAULT_OUT,
         help=f"the chart's files/ folder (default: {DEFAULT_OUT}, from the repository root)",
     )
@@ -37,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--render-rules",
-        type=Path,
+        type=output_file,
         metavar="FILE",
         help="render the chart and write its alert rules (as deployed) to FILE, then exit",
     )
@@ -69,9 +72,13 @@ def _render_rules(args: argparse.Namespace) -> int:
     out.write_text(yaml.safe_dump(spec, sort_keys=False, width=1000))
     groups = spec.get("groups", [])
     rules = sum(len(g.get("rules", [])) for g in groups)
-    print(
-        f"event=rendered path={out} groups={len(groups)} rules={rules} "
-        f"next='promtool check rules {out}'"
+    log(
+        "info",
+        "rendered",
+        path=out,
+        groups=len(groups),
+        rules=rules,
+        next=f"promtool check rules {out}",
     )
     return 0
 
@@ -99,13 +106,13 @@ def main(argv: list[str]) -> int:
     if args.check:
         problems = generate.stale(out, files)
         for rel in problems:
-            print(f"event=stale path={out / rel} fix='make dashboards'")
+            log("error", "stale", path=out / rel, next="make dashboards")
         if problems:
             return 1
-        print(f"event=up-to-date out={out} files={len(files)}")
+        log("info", "up_to_date", out=out, files=len(files))
         return 0
     written = generate.write(out, files)
     for path in written:
-        print(f"event=written path={path}")
-    print(f"event=done out={out} files={len(files)} changed={len(written)}")
+        log("info", "written", path=path)
+    log("info", "done", out=out, files=len(files), changed=len(written))
     return 0

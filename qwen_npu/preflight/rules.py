@@ -1,4 +1,4 @@
-"""The preflight rule engine: run every check on a checkpoint and build the one report the CLI prints.
+"""The preflight rule engine: run every check on a checkpoint, build the one report the CLI prints.
 
 Why this exists: the init container, the engineer at a terminal and the tests all need the same
 answer: a verdict (``ready``, ``ready_with_patches``, ``would_fail``), the findings that decide it,

@@ -64,8 +64,12 @@ def test_check_flags_a_stale_file_and_write_fixes_it(
     (out / "dashboards" / "old.json").write_text("{}")
     capsys.readouterr()
     assert cli_main(["--out", str(out), "--check"]) == 1
-    report = capsys.readouterr().out
-    assert "event=stale" in report and "qwen-npu-alerts.yaml" in report and "old.json" in report
+    report = capsys.readouterr().err
+    assert (
+        "level=ERROR event=stale" in report
+        and "qwen-npu-alerts.yaml" in report
+        and "old.json" in report
+    )
 
 
 def test_cli_bad_out_is_one_line_without_traceback(tmp_path: Path) -> None:

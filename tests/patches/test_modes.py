@@ -107,13 +107,13 @@ def test_mtp_on_with_a_changed_decode_kernel_warns_and_starts_mtp_off_refuses(
 ) -> None:
     code, line = startup(capsys, MTP_ON)
     assert code == 0, line
-    assert line.startswith("qwen_npu.patches level=warning event=verify_passed patches=4 ")
+    assert line.startswith("qwen_npu.patches level=WARNING event=verify_passed patches=4 ")
     assert 'unused_problems="gdn-decode-state-layout=drifted"' in line
     assert 'mode="MTP on, state bfloat16"' in line and "docs/runbook.md" in line
 
     code, line = startup(capsys, MTP_OFF)
     assert code == 1, line
-    assert line.startswith("qwen_npu.patches level=error event=verify_failed ")
+    assert line.startswith("qwen_npu.patches level=ERROR event=verify_failed ")
     assert 'failed="gdn-decode-state-layout=drifted"' in line
 
 

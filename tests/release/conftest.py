@@ -297,6 +297,6 @@ def cli(pki: Pki, site_key: SiteKey) -> callable:  # type: ignore[valid-type]
 def one_error_line(result: Result) -> str:
     """The failure's stderr: exactly one error line, no traceback."""
     assert result.code == 1, (result.code, result.stderr)
-    errors = [ln for ln in result.stderr.splitlines() if "level=error" in ln]
+    errors = [ln for ln in result.stderr.splitlines() if "level=ERROR" in ln]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
     return errors[0]

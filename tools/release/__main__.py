@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from tools.release import ReleaseError, bundle, common, model, publish, signing
+from tools.release.common import log
 from tools.release.registry import Registry, Target
 
 
@@ -149,11 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             result = model.model_pull(args.ref, args.dest)
     except ReleaseError as exc:
         lines = [line.strip(" -") for line in str(exc).splitlines() if line.strip(" -")]
-        message = "; ".join(lines).replace('"', "'")
-        print(f'qwen_npu.release level=error event=failed error="{message}"', file=sys.stderr)
+        log("error", "failed", error="; ".join(lines))
         return 1
     except KeyboardInterrupt:
-        print("qwen_npu.release level=error event=interrupted", file=sys.stderr)
+        log("error", "interrupted")
         return 130
     print(json.dumps(result, indent=2, default=str))
     return 0

@@ -8,11 +8,11 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.log import PartLog
 from tools.paths import CHART_DIR, REPO
 from tools.release import ReleaseError, chart, oci, signing
 from tools.release.registry import Registry, Target
@@ -22,18 +22,16 @@ REPO_ROOT = REPO
 
 IMAGES = ("engine", "sidecar")
 
+log = PartLog("release")
+
 
 # Where the nodes keep the site's public keyring (policy.json's keyPath).
 NODE_KEYRING = Path("/etc/containers/keys/qwen-npu-site.gpg")
 
 
 def say(event: str, **fields: Any) -> None:
-    """One progress line (logfmt, the shape every part prints)."""
-    parts = [f"qwen_npu.release level=info event={event}"]
-    for key, value in fields.items():
-        text = str(value)
-        parts.append(f'{key}="{text}"' if " " in text or not text else f"{key}={text}")
-    print(" ".join(parts), file=sys.stderr, flush=True)
+    """One progress line, in the shape every part prints (``qwen_npu.log``)."""
+    log("info", event, **fields)
 
 
 def sha256_file(path: Path) -> str:

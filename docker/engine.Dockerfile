@@ -364,6 +364,6 @@ LABEL org.opencontainers.image.title="qwen-npu-engine" \
 USER ${NPU_UID}:${NPU_GID}
 # CANN writes kernel_meta and fusion_result.json to the working directory.
 WORKDIR /var/lib/qwen-npu/home
-EXPOSE 30000
+# No EXPOSE: the engine listens on SGLang's --port, which the chart renders from its values.
 ENTRYPOINT ["/usr/local/bin/qwen-npu-entrypoint"]
 CMD ["--help"]

@@ -55,14 +55,14 @@ COPY --from=builder /opt/venv /opt/venv
 # run time, so the container runs with readOnlyRootFilesystem: true.
 ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    QWEN_NPU_SIDECAR_PORT=9400
+    PYTHONUNBUFFERED=1
 
 USER 10001:10001
-EXPOSE 9400
-# No curl in the image: the probe is the image's own Python. Kubernetes ignores HEALTHCHECK (the
-# chart's probes call the same /livez); it serves `docker run`.
+# No EXPOSE and no port here: the sidecar listens on the package's default (qwen_npu/ports.py) or
+# QWEN_NPU_SIDECAR_PORT, which the chart sets from its values. No curl in the image: the probe is
+# the image's own Python, on the same port. Kubernetes ignores HEALTHCHECK (the chart's probes
+# call the same /livez); it serves `docker run`.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('QWEN_NPU_SIDECAR_PORT', '9400') + '/livez', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; from qwen_npu.ports import SIDECAR_PORT; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('QWEN_NPU_SIDECAR_PORT', str(SIDECAR_PORT)) + '/livez', timeout=4)"]
 # uvicorn handles SIGTERM itself and the sidecar starts no child process: no init needed.
 ENTRYPOINT ["qwen-npu", "sidecar"]

@@ -6,7 +6,8 @@
 
 CONC ?= 10
 CONCS ?= 1 5 10
-TARGET ?= http://127.0.0.1:30000
+# TARGET: the engine's URL; unset, the bench's own default (the local engine: qwen_npu/ports.py).
+TARGET ?=
 API ?= generate
 WORKERS ?= 0
 BENCH_OUT := $(OUT)/bench
@@ -26,7 +27,7 @@ DATA_FLAGS = --api $(API) \
 	$(if $(SEED),--seed $(SEED)) \
 	$(if $(TOKENIZER),--tokenizer $(TOKENIZER)) \
 	$(if $(VOCAB_SIZE),--vocab-size $(VOCAB_SIZE))
-BENCH_FLAGS = --target $(TARGET) --workers $(WORKERS) $(DATA_FLAGS) \
+BENCH_FLAGS = $(if $(TARGET),--target $(TARGET)) --workers $(WORKERS) $(DATA_FLAGS) \
 	$(if $(BASELINE),--baseline $(BASELINE)) \
 	$(foreach t,$(THRESHOLDS),--threshold $(t))
 
@@ -39,9 +40,9 @@ bench-sweep: $(STAMP) ## one bench per concurrency: make bench-sweep CONCS="1 5 
 	$(BIN)/qwen-npu bench $(BENCH_FLAGS) --sweep "$(CONCS)" --output $(SWEEP_OUTPUT)
 
 bench-ui: $(STAMP) ## locust web UI on the bench locustfile (http://127.0.0.1:8089; UI_PORT=)
-	@echo ">> locust web UI on http://127.0.0.1:$(UI_PORT) against $(TARGET) (Ctrl-C to stop)"
+	@echo ">> locust web UI on http://127.0.0.1:$(UI_PORT) against $(or $(TARGET),the local engine) (Ctrl-C to stop)"
 	$(BIN)/locust -f qwen_npu/loadtest/locustfile.py --web-host 127.0.0.1 --web-port $(UI_PORT) \
-		-H $(TARGET) -u $(CONC) -r $(CONC) --api $(API) \
+		$(if $(TARGET),-H $(TARGET)) -u $(CONC) -r $(CONC) --api $(API) \
 		$(if $(NUM_PROMPTS),--num-prompts $(NUM_PROMPTS)) $(if $(INPUT_LEN),--input-len $(INPUT_LEN)) \
 		$(if $(OUTPUT_LEN),--output-len $(OUTPUT_LEN)) $(if $(SEED),--seed $(SEED)) \
 		$(if $(VOCAB_SIZE),--vocab-size $(VOCAB_SIZE))

@@ -1,13 +1,13 @@
 # The health and metrics sidecar (qwen-npu sidecar): run it, measure it.
 # `make sidecar` runs it in the foreground against TARGET (an engine URL); without TARGET it
-# starts the simulator on SIM_PORT first and stops it again when the sidecar stops.
+# starts the simulator first (on its default port, the sidecar's default engine URL: the port
+# numbers live in qwen_npu/ports.py alone) and stops it again when the sidecar stops.
 # SIDECAR_ARGS passes any other flag (make sidecar SIDECAR_ARGS="--state-dir /tmp/state").
 
-SIDECAR_PORT ?= 9400
+SIDECAR_PORT ?=
 SIDECAR_ARGS ?=
-SIDECAR_SIM_PORT ?= 30000
 # TARGET given on the command line or in the environment; a default from another mk file does not
-# count (mk/loadtest.mk defaults it to the local engine port).
+# count.
 SIDECAR_TARGET = $(if $(filter command line environment environment override,$(origin TARGET)),$(TARGET),)
 
 .PHONY: sidecar perf-sidecar
@@ -16,13 +16,13 @@ sidecar: $(STAMP) ## run the sidecar on 127.0.0.1:SIDECAR_PORT against TARGET (d
 	@set -euo pipefail; \
 	target="$(SIDECAR_TARGET)"; sim_pid=""; \
 	if [ -z "$$target" ]; then \
-		target="http://127.0.0.1:$(SIDECAR_SIM_PORT)"; \
-		echo ">> no TARGET: starting the simulator on $$target (make sidecar TARGET=http://host:30000 to skip)"; \
-		$(BIN)/qwen-npu sim --host 127.0.0.1 --port $(SIDECAR_SIM_PORT) & sim_pid=$$!; \
+		echo ">> no TARGET: starting the simulator on its default port (make sidecar TARGET=<engine URL> to skip)"; \
+		$(BIN)/qwen-npu sim --host 127.0.0.1 & sim_pid=$$!; \
 		trap 'kill $$sim_pid 2>/dev/null || true' EXIT INT TERM; \
 	fi; \
-	echo ">> sidecar on http://127.0.0.1:$(SIDECAR_PORT) (/startupz /readyz /livez /status /metrics) -> $$target"; \
-	$(BIN)/qwen-npu sidecar --host 127.0.0.1 --port $(SIDECAR_PORT) --engine-url "$$target" $(SIDECAR_ARGS)
+	echo ">> sidecar (/startupz /readyz /livez /status /metrics) -> $${target:-the local engine}"; \
+	$(BIN)/qwen-npu sidecar --host 127.0.0.1 $(if $(SIDECAR_PORT),--port $(SIDECAR_PORT)) \
+		$${target:+--engine-url "$$target"} $(SIDECAR_ARGS)
 
 perf-sidecar: $(STAMP) ## p99 of /readyz and /metrics at 200 req/s, RSS over hours of scrapes (out/perf/sidecar.md)
 	@mkdir -p $(OUT)/perf

@@ -8,14 +8,14 @@ SIM_PROFILE ?= qwen3.6-35b-a3b-910b-tp2-mtp
 # PROFILE meant the simulator's profile here and a chart profile file in `make fetch`; it is now
 # SIM_PROFILE and CHART_PROFILE, and a PROFILE given to either verb is refused, not ignored.
 refuse_old_profile = @$(if $(filter command line,$(origin PROFILE)),echo "make $@: PROFILE is not a variable of any verb; use $(1)"; exit 2,:)
-SIM_PORT ?= 30000
+SIM_PORT ?=
 SIM_ARGS ?=
 
 .PHONY: sim sim-profiles perf-sim
 
-sim: $(STAMP) ## run the simulator in the foreground (SIM_PROFILE=<name>, SIM_PORT=30000, SIM_ARGS=...)
+sim: $(STAMP) ## run the simulator in the foreground (SIM_PROFILE=<name>, SIM_PORT=<port>, SIM_ARGS=...)
 	$(call refuse_old_profile,SIM_PROFILE=<name> (make sim-profiles lists them))
-	$(BIN)/qwen-npu sim --profile $(SIM_PROFILE) --port $(SIM_PORT) $(SIM_ARGS)
+	$(BIN)/qwen-npu sim --profile $(SIM_PROFILE) $(if $(SIM_PORT),--port $(SIM_PORT)) $(SIM_ARGS)
 
 sim-profiles: $(STAMP) ## list the simulator's latency profiles
 	@$(BIN)/qwen-npu sim --list-profiles

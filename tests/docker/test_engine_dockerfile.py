@@ -414,7 +414,7 @@ def test_entrypoint_user_port_and_labels(engine: Dockerfile, versions: dict[str,
     defaults = final.arg_defaults()
     uid = expand(user.args.split(":")[0], {k: v or "" for k, v in defaults.items()})
     assert uid.isdigit() and int(uid) != 0, "the engine runs as a non-root user by default"
-    assert [i.args for i in final.all("EXPOSE")] == ["30000"]
+    assert not final.all("EXPOSE")  # the port is SGLang's --port, rendered by the chart
 
     labels: dict[str, str] = {}
     for inst in final.all("LABEL"):

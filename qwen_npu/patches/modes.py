@@ -61,7 +61,11 @@ class Mode:
 
 
 def flag_value(argv: Sequence[str], *names: str) -> str | None:
-    """The value of the last ``--name value`` or ``--name=value`` (SGLang's argparse keeps it)."""
+    """The value of the last ``--name value`` or ``--name=value`` (SGLang's argparse keeps it).
+
+    The one reader of the engine's command line: the mode here, the GDN contract's sources and
+    preflight's ``--engine-args`` (``preflight.engine_args``) all read flags through it. It never
+    raises (it runs on the engine's own ``sys.argv``): the callers judge the values."""
     value = None
     for i, arg in enumerate(argv):
         for name in names:

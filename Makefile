@@ -84,10 +84,11 @@ FAST_MARKERS := not slow and not sglang and not system
 test-fast: $(STAMP) ## the quick subset for the edit-test loop (no slow, SGLang or system-tool tests)
 	$(BIN)/python -m pytest -m "$(FAST_MARKERS)" -q $(XDIST) $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff, mypy and the house's import contracts (import-linter, pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff format .

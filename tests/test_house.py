@@ -1,17 +1,15 @@
-"""The house's rules, checked against the code: no import circle, a package that stands alone,
-and maps (docs/architecture.md, the README's layout) that name every room.
+"""The house's rules, checked against the code: a package that finds no file of the checkout, maps
+(docs/architecture.md, the README's layout) that name every room, lazy imports that say why.
 
-Why this exists: a circle or a reach from the installed package back into the checkout is easy to
-add and invisible until a wheel or a newcomer trips on it; a map that lists yesterday's folders
-sends the newcomer to the wrong room. The import graph is read from the source (``ast``), every
-import counted wherever it stands (a lazy import still ties two modules together).
+Why this exists: a map that lists yesterday's folders sends the newcomer to the wrong room. The
+import rules (no circle, nothing of the checkout imported by the package) are import-linter's
+contracts in pyproject.toml, run by `make lint`.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,100 +20,13 @@ from tools.paths import DOCS, REPO
 HOUSE = ("qwen_npu", "tools")
 
 
-def _modules(roots: tuple[str, ...] = HOUSE) -> dict[str, Path]:
-    found = {}
-    for root in roots:
-        for path in sorted((REPO / root).rglob("*.py")):
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join(parts)] = path
-    return found
-
-
-def _imported(module: str, path: Path) -> Iterator[str]:
-    """Every module name an import in ``path`` names (``from pkg import sub`` names pkg.sub)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            yield from (f"{base}.{alias.name}" for alias in node.names)
-            yield base
-
-
-def import_graph(roots: tuple[str, ...] = HOUSE) -> dict[str, set[str]]:
-    """module -> the house's modules it imports (the nearest enclosing module of each name)."""
-    modules = _modules(roots)
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for module, path in modules.items():
-        for name in _imported(module, path):
-            while name and name not in modules:
-                name = name.rpartition(".")[0]
-            if name and name != module and not module.startswith(name + "."):
-                graph[module].add(name)
-    # `from pkg import sub` also named `pkg`; an __init__ that only re-exports is no circle
-    for module in graph:
-        subs = {t for t in graph[module] if any(o.startswith(t + ".") for o in graph[module])}
-        graph[module] -= subs
-    return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
-
-
-def test_the_house_has_no_import_circle() -> None:
-    assert circles(import_graph()) == []
-
-
-def test_should_find_a_circle_when_two_modules_import_each_other() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert circles(graph) == [["a", "b", "c"]]
-
-
-def test_the_package_imports_nothing_of_the_checkout() -> None:
-    offenders = []
-    for module, path in _modules(("qwen_npu",)).items():
-        text = path.read_text()
-        names = set(_imported(module, path))
-        reach = sorted(n for n in names if n.split(".")[0] in {"tools", "tests", "fixtures"})
-        if reach:
-            offenders.append(f"{module} imports {reach}")
-        if re.search(r"parents\[\d+\]|\.parent\.parent", text):
-            offenders.append(f"{module} finds files by counting parent folders")
+def test_the_package_finds_no_file_by_counting_parent_folders() -> None:
+    """What it needs from a checkout, its caller hands it (its imports: `make lint`'s contracts)."""
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "qwen_npu").rglob("*.py"))
+        if re.search(r"parents\[\d+\]|\.parent\.parent", path.read_text())
+    ]
     assert offenders == []
 
 

@@ -14,7 +14,9 @@
    against the bytes Triton's CPU interpreter counts for the in-place kernel on a 35B-shaped
    batch (fixtures/triton_interpreter.py; the tests check the copy route's too). Goal: the in-place
    state bytes equal the replaced kernel's own read and write (2 x N x HV x V x K x itemsize) and
-   the in-place total is at most a quarter of the copy route's.
+   the in-place total is at most a quarter of the copy route's. The q, k, a, b column: what the
+   token inputs cost beside the state (SGLang hands them as split views), in place vs the
+   replaced kernel's (issue 41: q and k once per (request, head), no copies of the views).
 """
 
 from __future__ import annotations
@@ -194,20 +196,29 @@ def _sizes(shape: dict[str, int]) -> dict[str, int]:
             "A_log": io, "dt_bias": io, "indices": 4, "cu_seqlens": 4}  # fmt: skip
 
 
+def _token_inputs(traffic: dict[str, int]) -> int:
+    """q, k, a and b bytes of one step: their loads (a and b in ``gating``, beside A_log and
+    dt_bias, one element each per tile) and the wrapper's copies of the split views."""
+    return traffic["q"] + traffic["k"] + traffic["gating"] + traffic["view_copies"]
+
+
 def traffic() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for size in TRAFFIC_MODELS:
         shape = _shape(size)
         dims = {key: shape[key] for key in ("heads", "value_heads", "v", "k")}
         for batch in TRAFFIC_BATCHES:
-            copy = gdn.decode_traffic(gdn.COPY, batch=batch, sizes=_sizes(shape), **dims)
-            in_place = gdn.decode_traffic(gdn.IN_PLACE, batch=batch, sizes=_sizes(shape), **dims)
+            # SGLang's decode hands q, k, v, a and b as views of its packed projections
+            common = {"batch": batch, "sizes": _sizes(shape), "split_views": True, **dims}
+            copy = gdn.decode_traffic(gdn.COPY, **common)
+            in_place = gdn.decode_traffic(gdn.IN_PLACE, **common)
             own_state = 2 * batch * shape["value_heads"] * shape["v"] * shape["k"] * shape["state"]
             rows.append({
                 "model": size, "batch": batch, **shape,
                 "copy": sum(copy.values()), "in_place": sum(in_place.values()),
                 "in_place_state": in_place["state_read"] + in_place["state_write"],
                 "own_state": own_state,
+                "copy_token": _token_inputs(copy), "in_place_token": _token_inputs(in_place),
             })  # fmt: skip
     return rows
 
@@ -249,7 +260,7 @@ def traffic_check() -> str:
         "state_read": got["state:load"], "state_write": got["state:store"],
         "q": got["q:load"], "k": got["k:load"], "v": got["v:load"], "o": got["other:store"],
         "gating": sum(got[f"{x}:load"] for x in ("a", "b", "A_log", "dt_bias")),
-        "indices": got["indices:load"] + got["cu_seqlens:load"], "copies": 0,
+        "indices": got["indices:load"] + got["cu_seqlens:load"], "copies": 0, "view_copies": 0,
     }  # fmt: skip
     if counted != model:
         raise SystemExit(f"perf-patches: the traffic model {model} != the interpreter's {counted}")
@@ -269,9 +280,9 @@ def traffic_report(rows: list[dict[str, Any]], checked: str) -> list[str]:
         "loads and stores (`decode_traffic`); per TP rank, 128x128 states, bf16.",
         "",
         "| model (TP) | batch | copy route | in place | in place / copy | in-place state vs "
-        "the kernel's own 2 x N x HV x V x K x itemsize | per step in place / copy "
-        "(x GDN layers) |",
-        "|---|---|---|---|---|---|---|",
+        "the kernel's own 2 x N x HV x V x K x itemsize | q, k, a, b (with A_log, dt_bias) "
+        "in place / copy route | per step in place / copy (x GDN layers) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = r["in_place"] / r["copy"]
@@ -282,6 +293,7 @@ def traffic_report(rows: list[dict[str, Any]], checked: str) -> list[str]:
             f"| {r['batch']} | {_mib(r['copy'])} | {_mib(r['in_place'])} | {ratio:.3f} "
             f"{'PASS' if ratio <= 0.25 else 'MISS'} | {_mib(r['in_place_state'])} "
             f"{'= PASS' if same else '!= MISS'} | "
+            f"{r['in_place_token']:,} B / {r['copy_token']:,} B | "
             f"{_mib(r['in_place'] * layers)} / {_mib(r['copy'] * layers)} "
             f"({layers}) |"
         )
@@ -289,8 +301,11 @@ def traffic_report(rows: list[dict[str, Any]], checked: str) -> list[str]:
         "",
         "Model vs Triton's interpreter (the in-place kernel's counted loads and stores): "
         f"{checked}.",
-        "Token rows (q, k, v, o) and gating are the same on both routes: the replaced kernel "
-        "loads and stores them too. Bytes, not time: TPOT before/after is for the target.",
+        "q, k, a, b: the in-place kernel loads q and k once per (request, head) where the "
+        "replaced kernel loads them per V block (2 at V = 128), and reads SGLang's split views "
+        "of q, k, v, a and b in place where the replaced wrapper copies them (read + write); "
+        "v, o and the gating scalars are the same on both routes. Bytes, not time: TPOT "
+        "before/after is for the target.",
         "",
     ]
     return lines

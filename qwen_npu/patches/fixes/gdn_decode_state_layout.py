@@ -43,7 +43,9 @@ unreadable one is drift: transposing for a kernel that no longer needs it would 
 route changes neither.
 Hot-path cost per GDN layer and step (``decode_traffic``, counted from the kernels' loads and
 stores and checked under Triton's interpreter): the in-place route moves the replaced kernel's own
-traffic, 2 x N x HV x V x K x itemsize of state plus the token rows; the copy route adds
+state traffic, 2 x N x HV x V x K x itemsize, plus the token rows (q and k once per tile where the
+replaced kernel loads them per V block; q, k, v, a and b read in place where it copies them); the
+copy route adds
 8 x N x HV x V x K x itemsize (a gather and a transpose copy in, a transpose copy and a scatter
 out): for the 35B profile at batch 32 (TP 2: 16 value heads, 128x128 bf16, 30 GDN layers)
 128 MiB a layer, 3.75 GiB a step (``hot_path_bytes``). Static shapes, no host sync on both
@@ -157,18 +159,23 @@ def decode_traffic(
     sizes: Mapping[str, int],
     live: int | None = None,
     stored: int | None = None,
+    split_views: bool = False,
 ) -> dict[str, int]:
     """Bytes one GDN layer's decode step moves, per tensor, from the kernels' loads and stores.
 
     Both kernels (the replaced K-major one on the copy, the V-major one in place) issue, per
     (request, value head) tile: ``cu_seqlens`` twice, ``a``, ``b``, ``A_log``, ``dt_bias`` once
-    each; per V block (``ceil(V / min(next_pow2(V), 64))`` of them) and token: q and k (K
-    elements each), the block's v and o, and the block of state read and written (when the
-    index is >= 0). The replaced kernel loads the index per V block, ours once per tile.
-    ``batch`` rows (``live`` of them with a token, ``stored`` of those with an index >= 0;
-    both default to ``batch``); ``sizes``: itemsize per tensor (``state``, ``q``, ``k``, ``v``,
-    ``o``, ``a``, ``b``, ``A_log``, ``dt_bias``, ``indices``, ``cu_seqlens``). The copy route adds
-    ``copies``: its four state-sized passes over all ``batch`` rows (``hot_path_bytes``).
+    each; per V block (``ceil(V / min(next_pow2(V), 64))`` of them) and token: the block's v and
+    o, and the block of state read and written (when the index is >= 0). q and k (K elements
+    each): the replaced kernel per V block and token, ours once per token. The replaced kernel
+    loads the index per V block, ours once per tile. ``batch`` rows (``live`` of them with a
+    token, ``stored`` of those with an index >= 0; both default to ``batch``); ``sizes``:
+    itemsize per tensor (``state``, ``q``, ``k``, ``v``, ``o``, ``a``, ``b``, ``A_log``,
+    ``dt_bias``, ``indices``, ``cu_seqlens``). The copy route adds ``copies``: its four
+    state-sized passes over all ``batch`` rows (``hot_path_bytes``), and, with ``split_views``
+    (q, k, v, a and b handed as views of SGLang's packed projections, as its decode does),
+    ``view_copies``: the replaced wrapper's ``.contiguous()`` of each (read + write); ours reads
+    the views in place.
     """
     if route not in ROUTES:
         raise ValueError(f"route {route!r}: one of {', '.join(ROUTES)}")
@@ -178,19 +185,27 @@ def decode_traffic(
     tiles, live_tiles = batch * value_heads, live * value_heads
     plane = v * k * sizes["state"]
     index_loads = blocks if route == COPY else 1
+    qk_loads = blocks if route == COPY else 1
     traffic = {
         "state_read": stored * value_heads * plane,
         "state_write": stored * value_heads * plane,
-        "q": live_tiles * blocks * k * sizes["q"],
-        "k": live_tiles * blocks * k * sizes["k"],
+        "q": live_tiles * qk_loads * k * sizes["q"],
+        "k": live_tiles * qk_loads * k * sizes["k"],
         "v": live_tiles * v * sizes["v"],
         "o": live_tiles * v * sizes["o"],
         "gating": tiles * (sizes["a"] + sizes["b"] + sizes["A_log"] + sizes["dt_bias"]),
         "indices": tiles * (index_loads * sizes["indices"] + 2 * sizes["cu_seqlens"]),
         "copies": 0,
+        "view_copies": 0,
     }
     if route == COPY:
         traffic["copies"] = hot_path_bytes(batch, value_heads, v, k, sizes["state"], 1)
+        if split_views:
+            # one token a row; q and k have `heads` heads, v, a and b `value_heads`
+            row = heads * k * (sizes["q"] + sizes["k"]) + value_heads * (
+                v * sizes["v"] + sizes["a"] + sizes["b"]
+            )
+            traffic["view_copies"] = 2 * live * row
     return traffic
 
 

@@ -29,8 +29,13 @@ loops over (request, value head) tiles and launches with ``num_warps=4``, ``mult
 as the replaced kernel does. The slot offset is computed in int64 (the replaced kernel's int32
 product overflows past 2**31 elements of one layer's pool).
 
-q, k and v are read through their token stride: SGLang's decode passes views of its packed
-projection (``torch.split`` of ``mixed_qkv``), which the replaced kernel copies first.
+Two things the replaced kernel re-does are done once (issue 41): q and k are loaded and
+L2-normalised once per token of a tile, outside the V-block loop (decode: once per (request,
+head), where the replaced kernel does it per V block, twice at V = 128), and q, k, v, a and b are
+read through their strides: SGLang's decode passes views of its packed projections (``torch.split``
+of ``mixed_qkv``, and of the ``a``/``b`` projection), which the replaced kernel copies first (two
+small copy kernels per layer and step for a and b alone). Masked loads fill 0, so a K or V that is
+not a power of two (not its block) adds nothing from the padding lanes to the norms and sums.
 
 Imported lazily by the fix (triton exists only in the engine and test environments).
 """
@@ -70,6 +75,10 @@ def _decode_v_major_kernel(  # type: ignore[no-untyped-def]  # triton kernel par
     stride_qt,
     stride_kt,
     stride_vt,
+    stride_at,
+    stride_ah,
+    stride_bt,
+    stride_bh,
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -89,7 +98,8 @@ def _decode_v_major_kernel(  # type: ignore[no-untyped-def]  # triton kernel par
         bos = tl.load(cu_seqlens + i_n).to(tl.int64)
         t_len = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
 
-        x = tl.load(a + bos * HV + i_hv).to(tl.float32) + tl.load(dt_bias + i_hv).to(tl.float32)
+        x = tl.load(a + bos * stride_at + i_hv * stride_ah).to(tl.float32)
+        x += tl.load(dt_bias + i_hv).to(tl.float32)
         beta_x = softplus_beta * x
         softplus_x = tl.where(
             beta_x <= softplus_threshold,
@@ -97,31 +107,42 @@ def _decode_v_major_kernel(  # type: ignore[no-untyped-def]  # triton kernel par
             x,
         )
         b_decay = tl.exp(-tl.exp(tl.load(A_log + i_hv).to(tl.float32)) * softplus_x)
-        b_beta = 1.0 / (1.0 + tl.exp(-tl.load(b + bos * HV + i_hv).to(tl.float32)))
+        b_beta = 1.0 / (
+            1.0 + tl.exp(-tl.load(b + bos * stride_bt + i_hv * stride_bh).to(tl.float32))
+        )
 
         p_q = q + bos * stride_qt + i_h * K + o_k
         p_k = k + bos * stride_kt + i_h * K + o_k
         idx = tl.load(h0_indices + i_n).to(tl.int64)
-        for i_v in tl.range(0, NV):
-            o_v = i_v * BV + o_base_v
-            mask_v = o_v < V
-            mask_h = mask_v[:, None] & mask_k[None, :]
-            p_v = v + bos * stride_vt + i_hv * V + o_v
-            p_o = o + (bos * HV + i_hv) * V + o_v
-            # V-major: row v of the tile is K contiguous elements of the slot's [V, K] plane.
-            p_h0 = h0_source + idx * HV * V * K + i_hv * V * K + o_v[:, None] * K + o_k[None, :]
-            for i in tl.range(0, t_len):
-                b_q = tl.load(p_q + i * stride_qt, mask=mask_k).to(tl.float32)
-                b_k = tl.load(p_k + i * stride_kt, mask=mask_k).to(tl.float32)
-                b_v = tl.load(p_v + i * stride_vt, mask=mask_v).to(tl.float32)
+        for i in tl.range(0, t_len):
+            # q and k once per token of the tile (decode: once per (request, head)), shared by
+            # every V block below; masked lanes are 0, so they add nothing to the norms.
+            b_q = tl.load(p_q + i * stride_qt, mask=mask_k, other=0.0).to(tl.float32)
+            b_k = tl.load(p_k + i * stride_kt, mask=mask_k, other=0.0).to(tl.float32)
+            if USE_QK_L2NORM_IN_KERNEL:
+                b_q = b_q / (tl.sqrt(tl.sum(b_q * b_q)) + 1e-6)
+                b_k = b_k / (tl.sqrt(tl.sum(b_k * b_k)) + 1e-6)
+            b_q = b_q * scale
+            for i_v in tl.range(0, NV):
+                o_v = i_v * BV + o_base_v
+                mask_v = o_v < V
+                mask_h = mask_v[:, None] & mask_k[None, :]
+                p_v = v + (bos + i) * stride_vt + i_hv * V + o_v
+                p_o = o + ((bos + i) * HV + i_hv) * V + o_v
+                # V-major: row v of the tile is K contiguous elements of the slot's [V, K] plane;
+                # token i of the row uses slot idx + i, as the replaced kernel does.
+                p_h0 = (
+                    h0_source
+                    + (idx + i) * HV * V * K
+                    + i_hv * V * K
+                    + o_v[:, None] * K
+                    + o_k[None, :]
+                )
+                b_v = tl.load(p_v, mask=mask_v, other=0.0).to(tl.float32)
                 if idx >= 0:
-                    b_h = tl.load(p_h0 + i * HV * V * K, mask=mask_h, other=0.0).to(tl.float32)
+                    b_h = tl.load(p_h0, mask=mask_h, other=0.0).to(tl.float32)
                 else:
                     b_h = tl.zeros([BV, BK], dtype=tl.float32)
-                if USE_QK_L2NORM_IN_KERNEL:
-                    b_q = b_q / (tl.sqrt(tl.sum(b_q * b_q)) + 1e-6)
-                    b_k = b_k / (tl.sqrt(tl.sum(b_k * b_k)) + 1e-6)
-                b_q = b_q * scale
 
                 b_h *= b_decay
                 b_v -= tl.sum(b_h * b_k[None, :], 1)
@@ -130,8 +151,8 @@ def _decode_v_major_kernel(  # type: ignore[no-untyped-def]  # triton kernel par
                 b_o = tl.sum(b_h * b_q[None, :], 1)
 
                 if idx >= 0:
-                    tl.store(p_h0 + i * HV * V * K, b_h.to(h0_source.dtype.element_ty), mask=mask_h)
-                tl.store(p_o + i * HV * V, b_o.to(o.dtype.element_ty), mask=mask_v)
+                    tl.store(p_h0, b_h.to(h0_source.dtype.element_ty), mask=mask_h)
+                tl.store(p_o, b_o.to(o.dtype.element_ty), mask=mask_v)
 
 
 @functools.cache
@@ -201,20 +222,25 @@ def fused_sigmoid_gating_delta_rule_update_v_major(
     q, stride_qt = _rows(q, k_dim)
     k, stride_kt = _rows(k, k_dim)
     v, stride_vt = _rows(v, v_dim)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[-1] != value_heads or b.shape[-1] != value_heads:
+        raise ValueError(
+            f"gdn decode (V-major): a {tuple(a.shape)} and b {tuple(b.shape)} must be "
+            f"[tokens, {value_heads}]"
+        )
     o = q.new_empty(n, value_heads, v_dim)
     launch: dict[str, Any] = {"num_warps": 4, "num_stages": 1}
     if q.device.type == "npu":
         launch["multibuffer"] = False  # a triton-ascend compile option, as the replaced kernel
     _decode_v_major_kernel[(programs(n * value_heads, q.device),)](
         A_log=A_log,
-        a=a.contiguous(),
+        a=a,
         dt_bias=dt_bias,
         softplus_beta=softplus_beta,
         softplus_threshold=softplus_threshold,
         q=q,
         k=k,
         v=v,
-        b=b.contiguous(),
+        b=b,
         o=o,
         h0_source=initial_state_source,
         h0_indices=initial_state_indices,
@@ -224,6 +250,10 @@ def fused_sigmoid_gating_delta_rule_update_v_major(
         stride_qt=stride_qt,
         stride_kt=stride_kt,
         stride_vt=stride_vt,
+        stride_at=a.stride(0),
+        stride_ah=a.stride(1),
+        stride_bt=b.stride(0),
+        stride_bh=b.stride(1),
         H=heads,
         HV=value_heads,
         K=k_dim,

@@ -553,3 +553,132 @@ def test_the_traffic_model_is_what_the_kernels_load_and_store(
     else:
         assert model["copies"] == patch.hot_path_bytes(len(slots), VALUE_HEADS, 32, 32, 2, 1)
         assert len(copies) == 4  # gather, transpose copy, transpose copy back, scatter
+
+
+# --- issue 41: q and k once per (request, head), the split views read in place, masked lanes 0 --
+
+
+def test_in_place_loads_q_and_k_once_per_request_and_head_at_two_v_blocks(
+    gdn_triton: ModuleType, npu_kernel: Any
+) -> None:
+    """At V = K = 128 (two V blocks of 64, as Qwen3.5/3.6) the in-place kernel loads each
+    request's q and k head once, where the replaced kernel loads them per V block: counted under
+    the interpreter, equal to ``decode_traffic``; the state bytes stay the kernel's own."""
+    assert npu_kernel(route="in-place").state == "applied"
+    slots = (3, -1, 1)
+    c = case(seed=7, slots=slots, dim=128, size=5)
+    qsl = torch.arange(len(slots) + 1, dtype=torch.int32)
+    tensors = {"state": c["pool"], "indices": c["cache_indices"], "cu_seqlens": qsl,
+               **{n: c[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias")}}  # fmt: skip
+    with count_bytes(tensors) as kernel_bytes:
+        sglang_decode(gdn_triton, c, qsl)
+    got = counted(kernel_bytes, tensors)
+    model = patch.decode_traffic(
+        "in-place", batch=len(slots), heads=HEADS, value_heads=VALUE_HEADS, v=128, k=128,
+        sizes=sizes_of(c), stored=2,
+    )  # fmt: skip
+    assert got == {key: model[key] for key in got}
+    itemsize = c["q"].element_size()
+    assert got["q"] == got["k"] == len(slots) * VALUE_HEADS * 128 * itemsize  # once, not twice
+    replaced = patch.decode_traffic(
+        "copy", batch=len(slots), heads=HEADS, value_heads=VALUE_HEADS, v=128, k=128,
+        sizes=sizes_of(c), stored=2,
+    )  # fmt: skip
+    assert replaced["q"] == 2 * got["q"] and replaced["k"] == 2 * got["k"]
+    assert got["state_read"] == replaced["state_read"] == 2 * VALUE_HEADS * 128 * 128 * 2
+
+
+def test_split_views_of_q_k_v_a_b_are_read_in_place_without_a_copy(
+    v_major_kernel: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang hands the decode q, k, v as splits of its packed ``mixed_qkv`` and a, b as splits
+    of their projection: the wrapper runs no torch op on any of them (no ``.contiguous()``
+    copies: two small kernels per layer and step for a and b alone) and the result equals the
+    same call on packed copies, bit for bit."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    c = case(seed=11, slots=slots_for(6, 1, seed=11), size=10)
+    n = c["q"].shape[1]
+    mixed = torch.cat([c["q"], c["k"], c["v"]], dim=2).flatten(2)  # [1, T, (H + H + HV) * D]
+    q, k, v = mixed.split([HEADS * DIM, HEADS * DIM, VALUE_HEADS * DIM], dim=-1)
+    q, k = q.view(1, n, HEADS, DIM), k.view(1, n, HEADS, DIM)
+    v = v.view(1, n, VALUE_HEADS, DIM)
+    ba = torch.cat([c["b"], c["a"]], dim=-1)  # [T, 2 * HV]
+    b, a = ba.split([VALUE_HEADS, VALUE_HEADS], dim=-1)
+    assert not a.is_contiguous() and not b.is_contiguous() and not q.is_contiguous()
+    inputs = {id(x.untyped_storage()) for x in (mixed, ba)}
+    touched: list[str] = []
+
+    class Ops(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            operands = [*args, *(kwargs or {}).values()]
+            reads = func not in (torch.ops.aten.new_empty.default,)  # an allocation reads nothing
+            if reads and any(isinstance(t, torch.Tensor) and id(t.untyped_storage()) in inputs
+                             for t in operands):  # fmt: skip
+                touched.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    class Recorder:  # the launch, recorded (the interpreter's own copies are not the wrapper's)
+        def __getitem__(self, grid: tuple[int, ...]) -> Any:
+            return lambda **kwargs: launches.append(kwargs)
+
+    launches: list[dict[str, Any]] = []
+    pool_views = c["pool"].clone()
+    args = call_args(c) | {"q": q, "k": k, "v": v, "a": a, "b": b}
+    with monkeypatch.context() as m:
+        m.setattr(v_major_kernel, "_decode_v_major_kernel", Recorder())
+        with Ops():
+            v_major_kernel.fused_sigmoid_gating_delta_rule_update_v_major(
+                initial_state_source=pool_views, use_qk_l2norm_in_kernel=True, **args
+            )
+    assert touched == [], touched
+    ((launch,),) = [launches]
+    assert all(launch[name] is x for name, x in (("q", q), ("k", k), ("v", v), ("a", a), ("b", b)))
+    assert (launch["stride_at"], launch["stride_ah"]) == a.stride()
+    out = v_major_kernel.fused_sigmoid_gating_delta_rule_update_v_major(
+        initial_state_source=pool_views, use_qk_l2norm_in_kernel=True, **args
+    )
+    packed = {name: x.contiguous() for name, x in (("q", q), ("k", k), ("v", v), ("a", a),
+                                                    ("b", b))}  # fmt: skip
+    pool_packed = c["pool"].clone()
+    ref = v_major_kernel.fused_sigmoid_gating_delta_rule_update_v_major(
+        initial_state_source=pool_packed, use_qk_l2norm_in_kernel=True, **(call_args(c) | packed)
+    )
+    assert torch.equal(out, ref) and torch.equal(pool_views, pool_packed)
+
+
+def test_every_masked_load_of_the_v_major_kernel_fills_zero(v_major_kernel: ModuleType) -> None:
+    """A K or V that is not a power of two (not its block) must feed zeros, not whatever lies
+    past the row, into the norms and sums: every masked ``tl.load`` carries ``other=``."""
+    import ast
+
+    tree = ast.parse(Path(v_major_kernel.__file__).read_text())
+    loads = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "load"
+        and any(kw.arg == "mask" for kw in node.keywords)
+    ]
+    assert len(loads) >= 4  # q, k, v, the state tile
+    missing = [ast.unparse(n) for n in loads if not any(kw.arg == "other" for kw in n.keywords)]
+    assert missing == []
+
+
+def test_a_head_dim_that_is_not_a_power_of_two_matches_float64(
+    v_major_kernel: ModuleType,
+) -> None:
+    """K = V = 24 (blocks of 32: 8 masked lanes): output and state against float64."""
+    c = case(seed=13, slots=slots_for(5, 1, seed=13), dim=24, size=9)
+    ref_out, ref_state, _ = expected_padded(c)
+    slots = c["cache_indices"].tolist()
+    rows = [i for i, s in enumerate(slots) if s >= 0]
+    kept = torch.tensor([s for s in slots if s >= 0])
+    out = v_major_kernel.fused_sigmoid_gating_delta_rule_update_v_major(
+        initial_state_source=c["pool"], use_qk_l2norm_in_kernel=True, **call_args(c)
+    )
+    assert rel(out, truncated_bf16(ref_out)) < KERNEL_AGREEMENT
+    assert rel(c["pool"][kept].mT, truncated_bf16(ref_state[rows])) < KERNEL_AGREEMENT

@@ -358,8 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             oc.rollback(args.revision)
     except Stop as stop:
-        if stop.message:
-            print(stop.message, flush=True)
+        if stop.message:  # errors on stderr, as every verb's
+            print(stop.message, file=sys.stderr, flush=True)
         return stop.code
     return 0
 

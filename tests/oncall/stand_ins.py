@@ -113,6 +113,13 @@ def make(
     )
 
 
+def errors(done: subprocess.CompletedProcess[str]) -> str:
+    """What a target said on stderr, make's own ``make: ***`` line left out."""
+    return "".join(
+        line for line in done.stderr.splitlines(keepends=True) if not line.startswith("make: ***")
+    )
+
+
 def printed(done: subprocess.CompletedProcess[str]) -> list[list[str]]:
     """The commands a target printed (`+ ...` lines), parsed back into argument lists."""
     return [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("+ ")]

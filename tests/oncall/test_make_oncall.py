@@ -13,7 +13,7 @@ import pytest
 from qwen_npu.patches.registry import PATCHES as REGISTRY
 from tools import chart as chart_tool
 
-from .stand_ins import calls, install, make, printed
+from .stand_ins import calls, errors, install, make, printed
 
 PATCHES = [p.name for p in REGISTRY]
 MULTINODE = chart_tool.values_from(chart_tool.CI_DIR / "multinode-values.yaml")
@@ -151,7 +151,7 @@ def test_a_release_without_an_engine_workload_says_so(
     (Path(env["HELM_MANIFEST_DIR"]) / "empty.yaml").write_text("---\nkind: ConfigMap\n")
     done = make(repo, env, "mtp-off", "RELEASE=empty")
     assert done.returncode != 0
-    assert done.stdout.splitlines()[-1] == (
+    assert errors(done).splitlines()[-1] == (
         "mtp-off: the manifest of release empty has no engine Deployment or LeaderWorkerSet; "
         "next: make status"
     )
@@ -253,7 +253,7 @@ def test_bad_input_is_one_line_and_touches_nothing(
 ) -> None:
     done = make(repo, env, *args)
     assert done.returncode != 0
-    assert done.stdout.strip() == message
+    assert errors(done).strip() == message and done.stdout == ""
     assert calls(env) == []
 
 
@@ -312,7 +312,7 @@ def test_a_failing_step_stops_with_the_next_step(
     assert done.returncode != 0
     assert "done, release" not in done.stdout
     if message:
-        assert message in done.stdout
+        assert message in errors(done)
     assert last in calls(env)[-1]
 
 
@@ -324,7 +324,7 @@ def test_a_missing_tool_is_one_line_before_any_call(
     done = make(repo, env, *target.split(), f"{var}=/nonexistent/{tool}")
     assert done.returncode != 0
     name = target.split()[0]
-    assert done.stdout.strip() == (
+    assert errors(done).strip() == (
         f"make {name}: {var}=/nonexistent/{tool} is not found or not executable; "
         f"install {tool} or set {var}=/path/to/{tool} (docs/runbook.md)"
     )
@@ -351,11 +351,12 @@ def test_a_failing_helm_says_what_failed_and_the_next_step(
     done = make(repo, env | {"ONCALL_FAIL": failing}, *args)
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
-    said = [line for line in done.stdout.splitlines() if not line.startswith("+ ")]
-    # Earlier steps' own output (status prints the values) may come first; the verdict is one
-    # line, the last, and it names the next step.
+    said = errors(done).splitlines()
+    # The tools' own errors may come first; the verdict is one line on stderr, the last, and it
+    # names the next step.
     verdicts = [line for line in said if "; next: " in line]
     assert len(verdicts) == 1 and said[-1] == verdicts[0] and verdicts[0].startswith(message)
+    assert "; next: " not in done.stdout
     assert failing in " ".join(calls(env)[-1])  # nothing ran after the failing step
 
 
@@ -370,7 +371,7 @@ def test_values_that_are_not_json_stop_patch_off_without_a_traceback(
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[0].startswith("helm get values did not print JSON: ")
-    assert done.stdout.splitlines()[-1].startswith("patch-off: cannot read the release's values")
+    assert errors(done).splitlines()[-1].startswith("patch-off: cannot read the release's values")
     assert not any(c[:2] == ["helm", "upgrade"] for c in calls(env))
 
 

@@ -112,8 +112,9 @@ qwen_npu_visible_npus() {
 
 # The host driver (docs/images.md "The host driver"). The image's CANN supports the Ascend HDK from
 # QWEN_NPU_MIN_HDK_VERSION (MAJOR.MINOR, the image bakes it from docker/versions.env) on; a node on
-# an older driver fails deep inside torch_npu, minutes later. The driver's version.info (the Ascend
-# Docker Runtime mounts it; QWEN_NPU_DRIVER_VERSION_FILE, the chart's npu.driverVersionFile) holds
+# an older driver fails deep inside torch_npu, minutes later. The driver's version.info (no Ascend
+# runtime mounts it: the chart mounts the node's file read-only at npu.driverVersionFile,
+# QWEN_NPU_DRIVER_VERSION_FILE) holds
 # lines like `Version=25.2.0` and `package_version=25.2.0`; package_version wins where both are
 # there (some installs write a component version, e.g. 7.35.23, under Version). Below the minimum:
 # one line and exit 5. A missing or unreadable file: one warning (the check cannot say), and on.
@@ -141,7 +142,7 @@ qwen_npu_check_driver() {
     need_major="${BASH_REMATCH[1]}" need_minor="${BASH_REMATCH[2]}"
     if [ ! -r "$file" ]; then
         echo "qwen-npu-entrypoint level=warning event=driver_version_unknown file=$file needed=$min+" \
-            "next=\"mount the driver's version.info there (the Ascend Docker Runtime does; npu.driverVersionFile) so the driver can be checked\"" >&2
+            "next=\"mount the node's driver version.info there (the chart does, at npu.driverVersionFile; no Ascend runtime does) so the driver can be checked\"" >&2
         return 0
     fi
     have="$(qwen_npu_driver_version "$file")"
@@ -160,9 +161,13 @@ qwen_npu_check_driver() {
 
 # Device access (docs/images.md "Device access"). The engine runs as a non-root uid with every
 # capability dropped; the device nodes are 0660 for the node's HwHiAiUser group, and the device
-# plugin's cgroup rules decide the rest. torch_npu only says "drvGetDevNum failed" much later, so
-# davinci_manager and every davinciN the container sees are opened (read-write, then closed) here.
-# One that does not open: one line naming its owner gid and the value that grants it, exit 6.
+# plugin's cgroup rules decide the rest. torch_npu only says "drvGetDevNum failed" much later, and a
+# missing or denied devmm_svm (shared virtual memory) or hisi_hdc only at the first allocation, so
+# the shared nodes (QWEN_NPU_SHARED_DEVICES below: the Ascend Docker Runtime mounts them with the
+# davinciN nodes) and every davinciN the container sees are opened (read-write, then closed) here.
+# One missing, or one that does not open: one line naming the node (and its owner gid and the value
+# that grants it), exit 6.
+QWEN_NPU_SHARED_DEVICES=(davinci_manager devmm_svm hisi_hdc)
 qwen_npu_check_devices() {
     local dev="${QWEN_NPU_DEV_DIR:-/dev}" node gid mode
     local -a nodes=()
@@ -170,12 +175,16 @@ qwen_npu_check_devices() {
         if [ -e "$node" ]; then nodes+=("$node"); fi
     done
     if [ "${#nodes[@]}" -eq 0 ]; then return 0; fi  # no NPU at all: the count check speaks
-    if [ ! -e "$dev/davinci_manager" ]; then
-        echo "qwen-npu-entrypoint level=error event=npu_device_missing node=$dev/davinci_manager seen=${#nodes[@]}" \
-            "next=\"the container runtime must hand over davinci_manager with the davinciN nodes (Ascend Docker Runtime / device plugin)\"" >&2
-        exit 6
-    fi
-    nodes=("$dev/davinci_manager" "${nodes[@]}")
+    local -a shared=()
+    for node in "${QWEN_NPU_SHARED_DEVICES[@]}"; do
+        if [ ! -e "$dev/$node" ]; then
+            echo "qwen-npu-entrypoint level=error event=npu_device_missing node=$dev/$node seen=${#nodes[@]}" \
+                "next=\"the container runtime must hand over $node with the davinciN nodes (Ascend Docker Runtime / device plugin)\"" >&2
+            exit 6
+        fi
+        shared+=("$dev/$node")
+    done
+    nodes=("${shared[@]}" "${nodes[@]}")
     for node in "${nodes[@]}"; do
         if (: <>"$node") 2>/dev/null; then continue; fi
         gid="$(stat -c %g "$node")" mode="$(stat -c %a "$node")"

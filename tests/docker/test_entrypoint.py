@@ -505,8 +505,7 @@ def test_the_gdn_ops_are_looked_up_after_the_patch_check_and_a_missing_one_stops
     repo: Path, sandbox: dict[str, object]
 ) -> None:
     state = Path(str(sandbox["tmp"])) / "state"
-    npu = {"QWEN_NPU_STATE_DIR": str(state), "QWEN_NPU_DEV_DIR": fake_devices(
-        sandbox, "davinci_manager", "davinci0")}  # fmt: skip
+    npu = {"QWEN_NPU_STATE_DIR": str(state), "QWEN_NPU_DEV_DIR": fake_devices(sandbox, *davinci(0))}
     ok = run(repo, sandbox, "--model-path", "/m", **npu)
     assert ok.returncode == 0, ok.stderr
     assert Path(f"{sandbox['record']}.ops").read_text().split() == ["--registered"]
@@ -636,18 +635,25 @@ def run_as(
     repo: Path, root: Path, uid: int, groups: list[int], **env: str
 ) -> subprocess.CompletedProcess[str]:
     """The entrypoint as a non-root uid with the given supplementary groups (setpriv), as the
-    chart's securityContext runs it, with a stand-in python3 that uid can execute."""
+    chart's securityContext runs it, with a stand-in python3 that uid can execute. The entrypoint
+    and its CANN script run from copies in `root` (0755): the checkout may sit in a folder that uid
+    cannot enter (a clone under `mktemp -d` is 0700; issue 42)."""
     bin_dir = root / "bin"
     bin_dir.mkdir(exist_ok=True)
+    bin_dir.chmod(0o755)
     python = bin_dir / "python3"
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
+    for name in ("engine-entrypoint.sh", "cann-env.sh"):
+        copy = bin_dir / name
+        shutil.copyfile(repo / "docker" / name, copy)
+        copy.chmod(0o755)
     out = root / "out"
     out.mkdir(mode=0o777, exist_ok=True)
     out.chmod(0o777)
     base = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "QWEN_NPU_CANN_ENV_FILE": str(repo / "docker" / "cann-env.sh"),
+        "QWEN_NPU_CANN_ENV_FILE": str(bin_dir / "cann-env.sh"),
         "QWEN_NPU_CANN_ENV_SCRIPTS": "",
         "QWEN_NPU_PYTHON": str(python),
         "QWEN_NPU_INIT": "no-such-init",
@@ -657,7 +663,7 @@ def run_as(
     cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}"]
     cmd += [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
     return subprocess.run(
-        [*cmd, entrypoint(repo), "--model-path", "/m"],
+        [*cmd, str(bin_dir / "engine-entrypoint.sh"), "--model-path", "/m"],
         env=base | env,
         capture_output=True,
         text=True,
@@ -679,7 +685,8 @@ def test_a_device_the_engine_cannot_open_is_named_with_its_group(
 
     granted = run_as(repo, shared_tmp, 1000, [1234], QWEN_NPU_DEV_DIR=str(dev))
     assert granted.returncode == 0, granted.stderr
-    assert "event=npu_devices_open nodes=3 owner_gid=1234" in granted.stderr
+    # davinci_manager, devmm_svm, hisi_hdc and the two davinciN
+    assert "event=npu_devices_open nodes=5 owner_gid=1234" in granted.stderr
 
 
 def test_a_device_outside_the_group_is_found_too(repo: Path, shared_tmp: Path) -> None:
@@ -689,6 +696,34 @@ def test_a_device_outside_the_group_is_found_too(repo: Path, shared_tmp: Path) -
     done = run_as(repo, shared_tmp, 1000, [1234], QWEN_NPU_DEV_DIR=str(dev))
     assert done.returncode == 6
     assert f"node={dev}/davinci1 owner_gid=4321 " in done.stderr
+
+
+@pytest.mark.parametrize("shared", ["devmm_svm", "hisi_hdc"])
+def test_the_shared_memory_and_hdc_nodes_are_opened_as_the_pods_user(
+    repo: Path, shared_tmp: Path, shared: str
+) -> None:
+    """torch_npu needs devmm_svm and hisi_hdc beside the davinci nodes (issue 41): one the pod's
+    user cannot open is named with its group before the model load, not at the first allocation."""
+    dev = device_nodes(shared_tmp, 1234, 0o660, 0, 1)
+    os.chown(dev / shared, 0, 4321)
+    done = run_as(repo, shared_tmp, 1000, [1234], QWEN_NPU_DEV_DIR=str(dev))
+    assert done.returncode == 6, done.stderr
+    (error,) = [x for x in done.stderr.splitlines() if "level=error" in x.lower()]
+    assert f"event=npu_device_denied node={dev}/{shared} owner_gid=4321 " in error
+    assert "npu.deviceGroupId=4321" in error
+    assert not (shared_tmp / "out" / "record.json").exists(), "SGLang started without devices"
+
+
+@pytest.mark.parametrize("shared", ["davinci_manager", "devmm_svm", "hisi_hdc"])
+def test_a_missing_shared_device_node_stops_the_start_naming_it(
+    repo: Path, sandbox: dict[str, object], shared: str
+) -> None:
+    dev = fake_devices(sandbox, *(n for n in davinci(0, 1) if n != shared))
+    done = run(repo, sandbox, "--x", QWEN_NPU_DEV_DIR=dev)
+    assert done.returncode == 6, done.stderr
+    (error,) = lines(done, "error")
+    assert f"event=npu_device_missing node={dev}/{shared} seen=2 " in error
+    assert not Path(str(sandbox["record"])).exists(), "SGLang started without devices"
 
 
 def test_davinci_nodes_without_the_manager_stop_the_start(

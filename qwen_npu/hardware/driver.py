@@ -8,9 +8,9 @@ entrypoint (bash, before SGLang starts) and preflight (this module) make the sam
 
 The minimum comes from docker/versions.env (``CANN_MIN_HDK_VERSION``), which the image bakes as
 ``QWEN_NPU_MIN_HDK_VERSION``; outside the image it is unset and nothing is compared. The driver's
-``version.info`` (``/usr/local/Ascend/driver/version.info``; the Ascend Docker Runtime mounts it
-into a container that gets NPUs; the chart's ``npu.driverVersionFile`` is its path,
-``QWEN_NPU_DRIVER_VERSION_FILE``) reads like::
+``version.info`` (``/usr/local/Ascend/driver/version.info``; no Ascend runtime mounts it, so the
+chart mounts the node's file read-only into the engine and preflight containers at
+``npu.driverVersionFile``, ``QWEN_NPU_DRIVER_VERSION_FILE``) reads like::
 
     Version=25.2.0
     ascendhal_version=7.35.23
@@ -68,8 +68,8 @@ class DriverCheck:
             why = "not readable" if self.installed is None else f"states {self.installed!r}"
             return (
                 f"the driver's version.info at {self.file} is {why}: the HDK {self.needed}+ "
-                "requirement is not checked here (the Ascend Docker Runtime mounts it into the "
-                "engine container, whose entrypoint checks it; chart value npu.driverVersionFile)"
+                "requirement is not checked here (the chart mounts the node's file there, chart "
+                "value npu.driverVersionFile; the engine's entrypoint checks it too)"
             )
         return f"no {ENV_MIN} (set by the engine image): the driver is not checked"
 

@@ -8,9 +8,9 @@ OBS_OUT := $(OUT)/observability
 .PHONY: dashboards lint-observability
 
 dashboards: $(STAMP) ## regenerate the Grafana dashboards and alert rules under helm/qwen-npu/files/
-	$(BIN)/python -m qwen_npu dashboards --out helm/qwen-npu/files
+	$(BIN)/qwen-npu dashboards --out helm/qwen-npu/files
 
 lint-observability: $(STAMP) tools-prometheus ## promtool check rules on the chart's rendered PrometheusRule
-	$(BIN)/python -m qwen_npu dashboards --check --out helm/qwen-npu/files
-	$(BIN)/python -m qwen_npu dashboards --render-rules $(OBS_OUT)/qwen-npu-alerts.yaml --chart helm/qwen-npu
+	$(BIN)/qwen-npu dashboards --check --out helm/qwen-npu/files
+	$(BIN)/qwen-npu dashboards --render-rules $(OBS_OUT)/qwen-npu-alerts.yaml --chart helm/qwen-npu
 	promtool check rules $(OBS_OUT)/qwen-npu-alerts.yaml

@@ -28,7 +28,7 @@ VERIFY_PROFILE ?= qwen3.6-35b-a3b-w8a8
 verify-patches: patches-pth ## qwen-npu patches verify --strict against the pinned SGLang in .venv (the chart's default mode)
 	@args="$$($(BIN)/python -m tools.chart engine-args --profile $(VERIFY_PROFILE))" && \
 	echo "PYTHONPATH=tests/stubs qwen-npu patches verify --strict --engine-args <$(VERIFY_PROFILE), as the chart renders it>" && \
-	eval "PYTHONPATH=tests/stubs $(BIN)/python -W ignore -m qwen_npu.cli patches verify --strict --engine-args $$args"
+	eval "PYTHONPATH=tests/stubs PYTHONWARNINGS=ignore $(BIN)/qwen-npu patches verify --strict --engine-args $$args"
 
 check-wheel-pth: $(STAMP) ## build the wheel, install it in a throwaway venv, check the .pth hook loads
 	@rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)

@@ -72,3 +72,21 @@ def test_tests_mirror_the_package_folder_for_folder() -> None:
     ]
     missing = [str(p) for p in parts if not (REPO / "tests" / p).is_dir()]
     assert parts and missing == [], f"qwen_npu/<part> without tests/<part>: {missing}"
+
+
+def test_make_reaches_the_package_through_its_verbs() -> None:
+    """A make target runs ``$(BIN)/qwen-npu VERB`` where a verb exists, not ``python -m qwen_npu``
+    or a module's main: one way in, the one users type. The on-call switches are the exception
+    (mk/oncall.mk: ``python3 -m qwen_npu oncall``, standard library only, so they run on a machine
+    without .venv), and a module without a verb (the demo) is reached as a module."""
+    from qwen_npu.cli import VERBS
+
+    found = []
+    for mk in sorted((REPO / "mk").glob("*.mk")):
+        for n, line in enumerate(mk.read_text().splitlines(), 1):
+            for module in re.findall(r"-m (qwen_npu[\w.]*)", line):
+                verb = next((v for v, (m, _) in VERBS.items() if m == module), None)
+                if module == "qwen_npu" or module == "qwen_npu.cli" or verb is not None:
+                    found.append(f"{mk.name}:{n}: {line.strip()}")
+    assert [f for f in found if "qwen_npu oncall" not in f] == []
+    assert any("qwen_npu oncall" in f for f in found)  # the exception is still there

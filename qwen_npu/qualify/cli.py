@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel-iters", type=positive_int, default=20, help="timed calls (NPU)")
     c.add_argument("--hbm-gbps", type=positive_float, default=None, help="the chip's HBM GB/s")
     p.add_argument("--output-dir", type=output_dir, default=Path(DEFAULT_OUTPUT_DIR))
+    p.add_argument(
+        "--print-report", action="store_true", help="report.md on stderr too (a pod's log)"
+    )
     return p
 
 
@@ -254,5 +257,7 @@ def main(argv: list[str]) -> int:
             endpoint.close()
     doc = report.document(claims, argv, args.require_npu)
     report.write(args.output_dir, doc)
+    if args.print_report:
+        print(report.markdown(doc), file=sys.stderr, flush=True)
     print(report.verdict_line(claims, args.require_npu, args.output_dir), flush=True)
     return exit_status(claims, args.require_npu)

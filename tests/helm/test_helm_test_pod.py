@@ -1,9 +1,12 @@
-"""`helm test`: the test pod's script, rendered by the chart, run here against the simulator.
+"""`helm test`: the chart's test hook runs `qwen-npu qualify` against the release, here against a
+simulator and the real sidecar.
 
-The chart renders the pod with in-cluster URLs; the test runs the same command with API_URL and
-SIDECAR_URL pointed at a simulator (the engine) and a sidecar on 127.0.0.1. It passes when the
-sidecar is ready and a short generation returns text, and fails in one line (no traceback)
-when the sidecar does not answer.
+The chart renders the pod with in-cluster URLs; the tests run the same command line with --target
+and --sidecar pointed at a simulator (the engine) and a sidecar on 127.0.0.1. In the default image
+(the sidecar's: no numpy, locust, requests or torch, emulated by refusing those imports) the start
+and answers claims pass and the speed claim is skipped with its reason; with the bench installed
+it runs at CONC 1. The API key from the mounted Secret reaches the engine; a sidecar that does not
+answer fails the test in one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -26,43 +29,107 @@ from tools.perf.sidecar import sidecar_process
 
 pytestmark = pytest.mark.slow
 
+#: What the sidecar image lacks (qwen-npu[sidecar] only): refused in the child, as there.
+NOT_IN_THE_SIDECAR_IMAGE = ("numpy", "locust", "gevent", "requests", "torch", "triton")
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     state = tmp_path_factory.mktemp("state")
     with (
-        running_sim(ttft_ms=5, itl_ms=1) as engine,
+        running_sim(ttft_ms=2, itl_ms=0.2, health_check_poll_s=0.02) as engine,
         sidecar_process(engine, {"QWEN_NPU_STATE_DIR": str(state)}) as (sidecar, _),
     ):
         yield engine, sidecar
 
 
 def _test_pod(values: dict[str, Any]) -> dict[str, Any]:
-    (pod,) = chart_tool.find(chart_tool.render_docs(values), "Pod")
+    (pod,) = [
+        p
+        for p in chart_tool.find(chart_tool.render_docs(values), "Pod")
+        if p["metadata"]["name"].endswith("-test-qualify")
+    ]
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     container: dict[str, Any] = pod["spec"]["containers"][0]
     return container
 
 
-def _run(container: dict[str, Any], **urls: str) -> subprocess.CompletedProcess[str]:
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert container["command"][:2] == ["python3", "-c"]
+def _args(container: dict[str, Any], **flags: str) -> list[str]:
+    """The rendered arguments with the flags' values replaced (URLs, the output folder)."""
+    args = list(container["args"])
+    for flag, value in flags.items():
+        i = args.index("--" + flag.replace("_", "-"))
+        args[i + 1] = value
+    return args
+
+
+def _run(
+    container: dict[str, Any], blocked: tuple[str, ...] = (), env: dict[str, str] | None = None,
+    **flags: str,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    assert container["command"] == ["qwen-npu", "qualify"]
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "from qwen_npu.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     return subprocess.run(
-        [sys.executable, *container["command"][1:]],
-        env={**os.environ, **env, **urls},
+        [sys.executable, "-c", code, "qualify", *_args(container, **flags)],
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
     )
 
 
-def test_the_helm_test_pod_checks_readiness_and_generates(stack: tuple[str, str]) -> None:
+def test_the_hook_runs_qualify_with_the_values(tmp_path: Path) -> None:
+    default = _test_pod({})
+    args = default["args"]
+    assert args[args.index("--claims") + 1] == "start,answers,speed"
+    assert args[args.index("--concs") + 1] == "1"
+    assert args[args.index("--sidecar") + 1].endswith("-engine:9400")
+    assert "--print-report" in args and "--eval" not in args and "--require-npu" not in args
+    assert any(a.startswith("engine-image=") for a in args)
+    set_ = _test_pod({"helmTest": {"evalFile": "eval/gsm8k.jsonl", "requireNpu": True,
+                                   "compareUrl": "http://mtp-off:30000",
+                                   "speedConcurrencies": [1, 5]}})  # fmt: skip
+    args = set_["args"]
+    assert args[args.index("--eval") + 1].endswith("/eval/gsm8k.jsonl")
+    assert args[args.index("--compare") + 1] == "http://mtp-off:30000"
+    assert args[args.index("--concs") + 1] == "1 5" and "--require-npu" in args
+    assert {"name": "model", "mountPath": "/models", "readOnly": True} in set_["volumeMounts"]
+
+
+def test_in_the_sidecar_image_start_and_answers_pass_and_speed_says_why_it_did_not_run(
+    stack: tuple[str, str], tmp_path: Path
+) -> None:
     engine, sidecar = stack
-    container = _test_pod({"helmTest": {"maxNewTokens": 5}})
-    proc = _run(container, API_URL=engine, SIDECAR_URL=sidecar)
+    container = _test_pod({"helmTest": {"prompts": 4, "maxNewTokens": 16}})
+    proc = _run(container, NOT_IN_THE_SIDECAR_IMAGE, target=engine, sidecar=sidecar,
+                output_dir=str(tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "sidecar /readyz status=200" in proc.stdout
-    assert "generate status=ok completion_tokens=5 " in proc.stdout
+    assert "Traceback" not in proc.stderr
+    doc = json.loads((tmp_path / "report.json").read_text())
+    verdicts = {c["name"]: c["verdict"] for c in doc["claims"]}
+    assert verdicts["start"] == verdicts["answers"] == "pass"
+    speed = next(c for c in doc["claims"] if c["name"] == "speed")
+    assert speed["verdict"] == "skipped" and "qwen-npu[bench]" in speed["summary"]
+    assert "## start: pass" in proc.stderr  # the report in the pod's log
+    assert proc.stdout.startswith("qwen-npu qualify: PASS (start pass, answers pass, ")
+
+
+def test_with_the_bench_installed_the_speed_claim_runs_at_conc_1(
+    stack: tuple[str, str], tmp_path: Path
+) -> None:
+    engine, sidecar = stack
+    container = _test_pod({"helmTest": {"prompts": 2, "maxNewTokens": 8, "speedPrompts": 2}})
+    proc = _run(container, target=engine, sidecar=sidecar, output_dir=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "report.json").read_text())
+    speed = next(c for c in doc["claims"] if c["name"] == "speed")
+    assert speed["verdict"] == "pass"
+    assert [r["max_concurrency"] for r in speed["data"]["records"]] == [1]
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -97,40 +164,40 @@ def recording_engine() -> Iterator[str]:
         thread.join(timeout=5)
 
 
-def test_the_helm_test_pod_sends_the_api_key_from_the_mounted_secret(
+def test_the_api_key_from_the_mounted_secret_reaches_the_engine(
     stack: tuple[str, str], recording_engine: str, tmp_path: Path
 ) -> None:
     _, sidecar = stack
-    container = _test_pod(chart_tool.values_from(chart_tool.CI_DIR / "apikey-values.yaml"))
+    values = chart_tool.values_from(chart_tool.CI_DIR / "apikey-values.yaml")
+    values.setdefault("helmTest", {}).update({"claims": ["answers"], "prompts": 2})
+    container = _test_pod(values)
     rendered = {e["name"]: e["value"] for e in container["env"]}
     assert rendered["QWEN_NPU_ENGINE_API_KEY_FILE"] == "/etc/qwen-npu/api-key/api-key"
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-test\n")
     _Recorder.seen.clear()
-    ok = _run(
-        container,
-        API_URL=recording_engine,
-        SIDECAR_URL=sidecar,
-        QWEN_NPU_ENGINE_API_KEY_FILE=str(key_file),
-    )
+    ok = _run(container, env={"QWEN_NPU_ENGINE_API_KEY_FILE": str(key_file)},
+              target=recording_engine, sidecar=sidecar, output_dir=str(tmp_path))  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    (headers,) = _Recorder.seen
-    assert headers.get("Authorization") == "Bearer sk-test"
-    # A key file that cannot be read fails the test pod in one line.
-    missing = _run(
-        container,
-        API_URL=recording_engine,
-        SIDECAR_URL=sidecar,
-        QWEN_NPU_ENGINE_API_KEY_FILE=str(tmp_path / "absent"),
-    )
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
-    assert "helm test: generate failed:" in missing.stdout
+    assert [h.get("Authorization") for h in _Recorder.seen] == ["Bearer sk-test"] * 2
+    # A key file that cannot be read is bad input: one line, exit 2, no request sent.
+    _Recorder.seen.clear()
+    missing = _run(container, env={"QWEN_NPU_ENGINE_API_KEY_FILE": str(tmp_path / "absent")},
+                   target=recording_engine, sidecar=sidecar, output_dir=str(tmp_path))  # fmt: skip
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "argument --api-key-file" in missing.stderr and not _Recorder.seen
 
 
-def test_a_sidecar_that_does_not_answer_fails_in_one_line(stack: tuple[str, str]) -> None:
+def test_a_sidecar_that_does_not_answer_fails_in_one_line(
+    stack: tuple[str, str], tmp_path: Path
+) -> None:
     engine, _ = stack
-    proc = _run(_test_pod({}), API_URL=engine, SIDECAR_URL="http://127.0.0.1:9")
+    container = _test_pod({"helmTest": {"claims": ["start"]}})
+    proc = _run(container, target=engine, sidecar="http://127.0.0.1:9", output_dir=str(tmp_path))
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert proc.stdout.startswith("helm test: sidecar /readyz failed:"), proc.stdout
-    assert "next: make status" in proc.stdout
+    (line,) = proc.stdout.strip().splitlines()
+    assert (
+        line.startswith("qwen-npu qualify: FAIL (start fail, ")
+        and "http://127.0.0.1:9/status" in line
+    )

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qwen_npu.loadtest.baseline import DEFAULT_THRESHOLDS, find_baseline
 from qwen_npu.loadtest.baseline import compare as against_baseline
@@ -36,14 +36,22 @@ from qwen_npu.loadtest.compare_stats import (
     format_pair,
     summarize,
 )
-from qwen_npu.loadtest.config import BenchConfig
-from qwen_npu.loadtest.dataset import DatasetConfig
-from qwen_npu.loadtest.report import format_table, read_jsonl
 from qwen_npu.qualify.verdict import Check, Claim
 from qwen_npu.sim.timing import UPSTREAM_PR_34353
 
-UPSTREAM_SHAPE = DatasetConfig()  # the dataset's defaults are the upstream command's
+if TYPE_CHECKING:  # the bench's dataset imports numpy: loaded when the claim runs (prepare())
+    from qwen_npu.loadtest.dataset import DatasetConfig
+
 UPSTREAM_CONCS = tuple(sorted(UPSTREAM_PR_34353))
+
+
+def upstream_shape() -> DatasetConfig:
+    """The bench dataset's defaults: the upstream command's (100 prompts, 1024 in, 100 out)."""
+    from qwen_npu.loadtest.dataset import DatasetConfig
+
+    return DatasetConfig()
+
+
 TARGET, COMPARE = "target", "compare"
 
 
@@ -62,10 +70,11 @@ def prepare() -> str | None:
 def pr_table_record(conc: int) -> dict[str, Any]:
     """The pull request's row at ``conc`` as a bench record (the keys the baseline compares)."""
     tpot, tok_s, ttft = UPSTREAM_PR_34353[conc]
+    shape = upstream_shape()
     return {
         "max_concurrency": conc,
-        "random_input_len": UPSTREAM_SHAPE.input_len,
-        "random_output_len": UPSTREAM_SHAPE.output_len,
+        "random_input_len": shape.input_len,
+        "random_output_len": shape.output_len,
         "mean_tpot_ms": tpot,
         "output_throughput": tok_s,
         "mean_ttft_ms": ttft,
@@ -76,11 +85,11 @@ def _baseline_for(record: dict[str, Any], baseline: list[dict[str, Any]] | None)
     if baseline is not None:
         return find_baseline(baseline, record)
     conc = int(record["max_concurrency"])
-    shape = (record.get("random_input_len"), record.get("random_output_len"))
-    if conc in UPSTREAM_PR_34353 and shape == (
-        UPSTREAM_SHAPE.input_len,
-        UPSTREAM_SHAPE.output_len,
-    ):
+    shape, upstream = (
+        (record.get("random_input_len"), record.get("random_output_len")),
+        upstream_shape(),
+    )
+    if conc in UPSTREAM_PR_34353 and shape == (upstream.input_len, upstream.output_len):
         return pr_table_record(conc)
     return None
 
@@ -108,8 +117,8 @@ def _table_check(
     if not compared:
         return Check.skip(
             f"against {source}",
-            f"no run matches {source}'s shape (concurrency, {UPSTREAM_SHAPE.input_len} in / "
-            f"{UPSTREAM_SHAPE.output_len} out): run the full shape on the target",
+            f"no run matches {source}'s shape (concurrency, {upstream_shape().input_len} in / "
+            f"{upstream_shape().output_len} out): run the full shape on the target",
             npu_only=True,
         )
     detail = "; ".join(lines)
@@ -185,7 +194,9 @@ def run(
 ) -> Claim:
     """Run the bench at each concurrency (both sides interleaved with ``compare_to``)."""
     from qwen_npu.loadtest import cli, compare
+    from qwen_npu.loadtest.config import BenchConfig
     from qwen_npu.loadtest.progress import TargetNotReady
+    from qwen_npu.loadtest.report import format_table, read_jsonl
 
     base = BenchConfig(target=target, data=data, ready_timeout_s=ready_timeout_s)
     baseline = read_jsonl(str(baseline_file)) if baseline_file else None
@@ -240,5 +251,5 @@ def run(
 def upstream_data(num_prompts: int, input_len: int, output_len: int) -> DatasetConfig:
     """The bench's dataset at the given shape (the rest: the upstream command's)."""
     return replace(
-        UPSTREAM_SHAPE, num_prompts=num_prompts, input_len=input_len, output_len=output_len
+        upstream_shape(), num_prompts=num_prompts, input_len=input_len, output_len=output_len
     )

@@ -187,9 +187,9 @@ def run(
         checks.append(
             Check.of(
                 "sidecar ready",
-                bool(ready.get("ok")),
+                ready.get("status") == "ok",
                 f"{sidecar.url}/status: "
-                + (err or f"HTTP {code}" if status is None else f"readiness {ready}"),
+                + (err or f"HTTP {code}" if status is None else f"readiness {ready.get('reason')}"),
             )
         )
     state = read_state(state_dir) if state_dir is not None else None

@@ -9,6 +9,7 @@ float32. One reader keeps that rule in one place. Standard library only (runs in
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Mapping
@@ -22,6 +23,19 @@ DEFAULT_SSM_DTYPE = "float32"
 SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
 # Qwen3-Next / Qwen3.5 default: every 4th layer is full attention.
 DEFAULT_FULL_ATTENTION_INTERVAL = 4
+#: The architectures SGLang 0.5.23 serves a Qwen3.5/3.6 checkpoint as (its qwen3_5.py and
+#: qwen3_5_text.py ``EntryClass``; tests/checkpoint holds the two equal). Anything else is not this
+#: project's model: preflight stops it.
+SUPPORTED_ARCHITECTURES = (
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForCausalLM",
+)
+#: No released model has a size or count in config.json above this (the largest are vocabularies
+#: of about 250k); a larger one is a corrupted or hand-edited file, and the checks that loop over
+#: layers or multiply sizes must not run on it.
+CONFIG_INT_MAX = 1 << 20
 
 
 def json_type(value: object) -> str:
@@ -116,6 +130,15 @@ def config_path(model_dir_or_config_json: str | os.PathLike[str]) -> Path:
     return path / CONFIG_NAME if path.is_dir() else path
 
 
+def bom_message(path: Path) -> str:
+    """Why a JSON file that starts with a UTF-8 byte-order mark is refused, and the fix."""
+    return (
+        f"{path}: starts with a UTF-8 byte-order mark, which transformers refuses (json: "
+        "'Unexpected UTF-8 BOM'); save it as UTF-8 without a BOM, e.g. "
+        f"sed -i '1s/^\\xEF\\xBB\\xBF//' {path}"
+    )
+
+
 def _load_json_object(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ModelConfigError(
@@ -127,6 +150,8 @@ def _load_json_object(path: Path) -> dict[str, Any]:
         raise ModelConfigError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
     if not raw.strip():
         raise ModelConfigError(f"{path}: file is empty; copy config.json again from the checkpoint")
+    if raw.startswith(codecs.BOM_UTF8):
+        raise ModelConfigError(bom_message(path))
     try:
         data = json.loads(raw)
     except UnicodeDecodeError as exc:
@@ -181,6 +206,12 @@ class _Reader:
             raise ModelConfigError(
                 f"{self.path}: key {self._key(key)!r} is {value}, expected an integer >= "
                 f"{minimum}; fix the value in config.json"
+            )
+        if value > CONFIG_INT_MAX:
+            raise ModelConfigError(
+                f"{self.path}: key {self._key(key)!r} is {value}, above any real model's "
+                f"({CONFIG_INT_MAX}); the file is corrupted or hand-edited, copy config.json "
+                "again from the checkpoint"
             )
         return value
 

@@ -9,6 +9,7 @@ config.json, without which nothing can be judged.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Mapping
@@ -17,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.checkpoint.model_config import (
+    SUPPORTED_ARCHITECTURES,
     ModelConfig,
     ModelConfigError,
+    bom_message,
     json_type,
     read_model_config,
 )
@@ -75,6 +78,8 @@ def _read_json(path: Path, what: str) -> Any:
         raise InputError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
     if not raw.strip():
         raise InputError(f"{path}: file is empty; copy the {what} again from the checkpoint")
+    if raw.startswith(codecs.BOM_UTF8):
+        raise InputError(bom_message(path))
     try:
         return json.loads(raw)
     except UnicodeDecodeError as exc:
@@ -155,6 +160,22 @@ def _check_tokenizer(ckpt: Checkpoint, names: set[str]) -> None:
     missing = [] if has_vocab else [f"{TOKENIZER_FAST} (or {' + '.join(TOKENIZER_SLOW)})"]
     if TOKENIZER_CONFIG not in names:
         missing.append(TOKENIZER_CONFIG)
+    # The files that are there must load: an empty, truncated or unreadable tokenizer fails the
+    # engine as surely as a missing one (after the weights are loaded).
+    if TOKENIZER_FAST in names:
+        fast = _read_json(ckpt.root / TOKENIZER_FAST, "tokenizer")
+        if not isinstance(fast, dict) or not isinstance(fast.get("model"), dict):
+            raise InputError(
+                f"{ckpt.root / TOKENIZER_FAST}: not a tokenizers file (no 'model' object); copy "
+                "the tokenizer again from the model's release"
+            )
+    if TOKENIZER_CONFIG in names:
+        config = _read_json(ckpt.root / TOKENIZER_CONFIG, "tokenizer config")
+        if not isinstance(config, dict):
+            raise InputError(
+                f"{ckpt.root / TOKENIZER_CONFIG}: top level is a JSON {json_type(config)}, "
+                "expected an object; copy it again from the model's release"
+            )
     if missing:
         ckpt.findings.append(
             finding(
@@ -163,6 +184,19 @@ def _check_tokenizer(ckpt: Checkpoint, names: set[str]) -> None:
                 f"tokenizer files missing from {ckpt.root}: {', '.join(missing)}; the engine "
                 "fails loading the tokenizer. Copy them from the model's release",
                 missing,
+            )
+        )
+
+
+def _check_architecture(ckpt: Checkpoint) -> None:
+    arch = ckpt.config.architecture
+    if arch and arch not in SUPPORTED_ARCHITECTURES:
+        ckpt.findings.append(
+            finding(
+                "architecture-unsupported",
+                BLOCKING,
+                f"config.json's architectures is {arch}: this engine serves Qwen3.5/3.6 "
+                f"checkpoints only ({', '.join(SUPPORTED_ARCHITECTURES)}); pass such a checkpoint",
             )
         )
 
@@ -229,6 +263,7 @@ def load_checkpoint(
         _read_description(ckpt, root / DESCRIPTION_NAME)
     if INDEX_NAME in names:
         _read_index(ckpt, root / INDEX_NAME)
+    _check_architecture(ckpt)
     _check_weights(ckpt, names)
     _check_tokenizer(ckpt, names)
     for note in config.warnings:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.preflight.checkpoint import InputError
 from qwen_npu.preflight.findings import BLOCKING, Finding, finding
 
 #: A header larger than this is not a safetensors header (the format caps it at 100 MB).
@@ -105,7 +106,13 @@ def scan(root: Path, weight_map: Mapping[str, str], shard_files: list[str]) -> S
         path = root / shard
         if not path.is_file():
             continue  # reported as shards-missing
-        got = _read_header(path)
+        try:
+            got = _read_header(path)
+        except OSError as exc:  # the file is there but this process cannot read it: not damage
+            raise InputError(
+                f"{path}: cannot read it ({exc.strerror or exc}); check its permissions and "
+                "owner (the engine reads it as the same user)"
+            ) from None
         if got == "truncated":
             result.truncated.append(shard)
             continue

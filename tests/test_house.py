@@ -52,6 +52,55 @@ def test_the_architecture_page_names_every_patch() -> None:
     assert [p.name for p in PATCHES if p.name not in page] == []
 
 
+def _map_rows() -> list[tuple[str, str]]:
+    """(path, description) of every row of docs/architecture.md's map ("## The house")."""
+    page = (DOCS / "architecture.md").read_text()
+    block = re.search(r"## The house\n+```\n(.*?)```", page, re.S)
+    assert block, "docs/architecture.md: no code block under '## The house'"
+    rows: list[tuple[str, str]] = []
+    for line in block.group(1).splitlines():
+        if line[:1].strip():
+            path, _, text = line.partition(" ")
+            rows.append((path, text))
+        elif rows:
+            rows[-1] = (rows[-1][0], f"{rows[-1][1]} {line.strip()}")
+    return rows
+
+
+def test_the_architecture_map_names_only_what_exists() -> None:
+    """Each row's path exists; a ``name.py``, a ``folder/`` under the house and a module named by
+    its ``snake_case`` stem in a row's text exist in that row's folder (a rename moves the map)."""
+    missing = []
+    for path, text in _map_rows():
+        where = REPO / path
+        if not where.exists():
+            missing.append(path)
+            continue
+        folder = where if where.is_dir() else where.parent
+        names = {p.stem for p in folder.rglob("*") if "__pycache__" not in p.parts}
+        for name in re.findall(r"(?<![\w<>/.-])([a-z][a-z0-9_]*)\.py\b", text):
+            if name not in names:
+                missing.append(f"{path}: {name}.py")
+        for name in re.findall(r"(?<![\w/.`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?![./(=`-])", text):
+            if name not in names:
+                missing.append(f"{path}: {name}")
+        for sub in re.findall(r"(?<![\w/.-])((?:qwen_npu|tools|fixtures|tests)/[\w/.]*)", text):
+            if not (REPO / sub.rstrip(".")).exists():
+                missing.append(f"{path}: {sub}")
+    assert missing == []
+
+
+def test_the_architecture_map_has_a_row_for_every_package_folder() -> None:
+    rows = " ".join(f"{path} {text}" for path, text in _map_rows())
+    folders = sorted(
+        p.parent.relative_to(REPO).as_posix()
+        for root in (*HOUSE, "fixtures")
+        for p in (REPO / root).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    )
+    assert [f for f in folders if f"{f}/" not in rows] == []
+
+
 def _readme_layout() -> list[str]:
     text = (REPO / "README.md").read_text()
     block = re.search(r"## Layout\n+```\n(.*?)```", text, re.S)

@@ -259,10 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
             # lazy: local mode only: the simulator is the sim extra's
-            from qwen_npu.sim.config import ConfigError, profile_path
+            from qwen_npu.sim.config import ConfigError
 
-            try:
-                profile_path(args.profile)
+            try:  # every side's simulator config, built now: a bad one is one line, not a run
+                for setting in settings:
+                    sim_flags(args.profile, setting, args.time_scale)
             except ConfigError as exc:
                 raise CompareError(str(exc)) from None
     except (CompareError, ValueError, OSError) as exc:

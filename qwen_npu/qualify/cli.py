@@ -113,6 +113,7 @@ def _claims(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # lazy: the claims' defaults for --help; the claims load their libraries only when they run
     from qwen_npu.qualify.claims import accuracy, answers, kernels
 
     p = OneLineParser(
@@ -184,6 +185,7 @@ def _guarded(name: str, run: Callable[[], Claim]) -> Claim:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    # lazy: after the parser: a refused command line loads nothing
     from qwen_npu.qualify.claims import accuracy, answers, kernels, speed, start
 
     # Read every input before the first request: a bad file is exit 2, not a failed claim.
@@ -192,6 +194,7 @@ def main(argv: list[str]) -> int:
         if args.eval is not None:
             accuracy.load(args.eval, args.eval_shots)
         if args.baseline is not None:
+            # lazy: a baseline is the bench's JSONL, read by the bench's reader
             from qwen_npu.loadtest.report import read_jsonl
 
             read_jsonl(str(args.baseline))

@@ -42,11 +42,10 @@ from qwen_npu.sim.timing import UPSTREAM_PR_34353
 if TYPE_CHECKING:  # the bench's dataset imports numpy: loaded when the claim runs (prepare())
     from qwen_npu.loadtest.dataset import DatasetConfig
 
-UPSTREAM_CONCS = tuple(sorted(UPSTREAM_PR_34353))
-
 
 def upstream_shape() -> DatasetConfig:
     """The bench dataset's defaults: the upstream command's (100 prompts, 1024 in, 100 out)."""
+    # lazy: the bench's dataset imports numpy (qwen-npu[bench]), absent from the sidecar image
     from qwen_npu.loadtest.dataset import DatasetConfig
 
     return DatasetConfig()
@@ -58,6 +57,7 @@ TARGET, COMPARE = "target", "compare"
 def prepare() -> str | None:
     """Load the bench (locust first); the reason it cannot run here, or None."""
     try:
+        # lazy: locust's gevent patching must come before any socket; absent from the sidecar image
         from qwen_npu.loadtest import runner  # noqa: F401  (gevent's patching before any socket)
     except ImportError as exc:
         return (
@@ -193,6 +193,7 @@ def run(
     ready_timeout_s: float = 60.0,
 ) -> Claim:
     """Run the bench at each concurrency (both sides interleaved with ``compare_to``)."""
+    # lazy: the bench (locust, numpy): loaded by prepare() before this runs
     from qwen_npu.loadtest import cli, compare
     from qwen_npu.loadtest.config import BenchConfig
     from qwen_npu.loadtest.progress import TargetNotReady

@@ -17,7 +17,7 @@ from qwen_npu.metrics import catalogue
 from qwen_npu.metrics import sglang as sglang_metrics
 from qwen_npu.observability import alerts, config, generate
 from qwen_npu.observability.cli import main as cli_main
-from qwen_npu.observability.promql import metric_names
+from qwen_npu.observability.generate import metric_names
 from qwen_npu.observability.rules import (
     Alert,
     AlertDefinitionError,

@@ -30,7 +30,7 @@ import yaml
 from qwen_npu import processes
 from qwen_npu.hardware.ub_plan import plan
 from qwen_npu.observability import alerts, generate
-from qwen_npu.observability.promql import metric_names
+from qwen_npu.observability.generate import metric_names
 from qwen_npu.processes import free_port
 from qwen_npu.sim.testing import running_sim
 

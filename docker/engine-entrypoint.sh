@@ -218,7 +218,8 @@ qwen_npu_verify_patches() {
 }
 
 # The AscendC ops SGLang's GDN path calls (torch.ops.npu.chunk_gated_delta_rule, ...): registered
-# once torch_npu and sgl_kernel_npu are imported, else one line naming the missing ones and exit 7.
+# once torch_npu, sgl_kernel_npu and the kernel modules SGLang's path imports are imported (the
+# lookup imports them first), else one line naming the missing ones and what it searched, exit 7.
 # The image build read the kernel's files (qwen_npu.hardware.kernel_contents); only the node can
 # load its library. Details are kept beside the patch check's log. A container without NPU device
 # nodes (the CPU stand-in image, SGLang on its CPU path) has no NPU ops to load: one line says so.

@@ -19,7 +19,13 @@ is read either installed (``--site``, the default: this interpreter's site-packa
 from a release zip (``--zip``: the wheels inside it), before anything is installed.
 
 At engine start (``--registered``): the same ops are looked up in ``torch.ops.npu`` after importing
-torch_npu and sgl_kernel_npu, which only the NPU node can do; one line says which is not registered.
+what SGLang imports before it calls them: torch_npu, sgl_kernel_npu and every module of
+``sglang_needs`` (the list the build-time check reads), in that order, since a release may register
+an op on a submodule's import (sgl-kernel-npu #747 brings ``chunk_gated_delta_rule`` with its own
+Python wrapper) rather than on the package's. Only the NPU node can do it; one line says which op
+is not registered, which modules were imported and which compiled libraries of the kernel
+packages the process loaded (``/proc/self/maps``). The build-time line names the packages and the
+libraries it searched too.
 
 Output: one line on stdout (``qwen_npu.hardware level=... event=kernel_contents_ok|..._missing``),
 the details on stderr; exit 0, 1 (something missing), 2 (bad input). Standard library only, except
@@ -79,6 +85,7 @@ class OpCall:
 class Verdict:
     missing: list[str] = field(default_factory=list)
     checked: int = 0
+    libraries: list[str] = field(default_factory=list)  # the compiled libraries searched
 
 
 class InputError(Exception):
@@ -288,7 +295,7 @@ def op_schemas(libraries: Iterable[bytes], ops: Sequence[str]) -> dict[str, list
 
 
 def check(sglang_root: Path, kernel: KernelFiles) -> Verdict:
-    verdict = Verdict()
+    verdict = Verdict(libraries=kernel.libraries())
     if not kernel:
         verdict.missing.append(f"the {KERNEL_PACKAGE} package itself (no {KERNEL_PACKAGE}/ found)")
         return verdict
@@ -329,15 +336,70 @@ def check(sglang_root: Path, kernel: KernelFiles) -> Verdict:
 # -------------------------------------------------------------------- registered at engine start
 
 
-def registered_missing(ops: Sequence[str]) -> list[str]:
-    """The ops of ``ops`` that ``torch.ops.npu`` does not have once the NPU stack is imported."""
+@dataclass
+class Registered:
+    """What the engine-start lookup did: the ops it did not find, what it imported first."""
+
+    missing: list[str]
+    imported: list[str]
+    libraries: list[str]
+
+
+class ImportFailed(Exception):
+    """A module SGLang imports on the path does not import here (names it)."""
+
+    def __init__(self, module: str, error: BaseException) -> None:
+        super().__init__(f"{module}: {type(error).__name__}: {error}")
+        self.module = module
+
+
+def imports_before_lookup(needs: Sequence[Need]) -> list[str]:
+    """torch_npu, the kernel package, then each module SGLang's path imports, once, in order."""
+    order = ["torch_npu", KERNEL_PACKAGE]
+    for need in needs:
+        if need.module not in order:
+            order.append(need.module)
+    return order
+
+
+def loaded_libraries(maps: Path = Path("/proc/self/maps")) -> list[str]:
+    """The compiled libraries of the kernel packages this process has mapped (``pkg/.../x.so``,
+    from the package directory on), whatever loaded them (an extension module, ctypes,
+    ``torch.ops.load_library``); [] where the maps cannot be read."""
+    try:
+        text = maps.read_text()
+    except OSError:
+        return []
+    found: set[str] = set()
+    for row in text.splitlines():
+        fields = row.split(maxsplit=5)  # address perms offset device inode [path]
+        if len(fields) < 6 or ".so" not in (path := PurePosixPath(fields[5])).name:
+            continue
+        parts = path.parts
+        for i, part in enumerate(parts[:-1]):
+            if part in LIBRARY_PACKAGES:
+                found.add("/".join(parts[i:]))
+                break
+    return sorted(found)
+
+
+def registered_missing(ops: Sequence[str], needs: Sequence[Need] = ()) -> Registered:
+    """The ops of ``ops`` that ``torch.ops.npu`` does not have once what SGLang imports on the
+    path is imported (``imports_before_lookup``). Raises ImportFailed naming the module that
+    does not import."""
 
     # lazy: the engine's stack (torch, SGLang), not the base install's
     import torch
 
-    importlib.import_module("torch_npu")
-    importlib.import_module(KERNEL_PACKAGE)  # loads libsgl_kernel_npu.so (its TORCH_LIBRARY)
-    return [op for op in ops if not hasattr(torch.ops.npu, op)]
+    imported = []
+    for module in imports_before_lookup(needs):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # an import runs the module: any error stops the same start
+            raise ImportFailed(module, exc) from exc
+        imported.append(module)
+    missing = [op for op in ops if not hasattr(torch.ops.npu, op)]
+    return Registered(missing, imported, loaded_libraries())
 
 
 # ------------------------------------------------------------------------------------------ CLI
@@ -360,31 +422,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.registered:
             ops = [c.name for c in sglang_op_calls(site)]
             try:
-                missing = registered_missing(ops)
-            except ImportError as exc:
+                found = registered_missing(ops, sglang_needs(site))
+            except ImportFailed as exc:
                 print(
                     line(
                         PART,
                         "error",
                         "npu_ops_unavailable",
+                        module=exc.module,
                         error=str(exc),
-                        next="the engine image's torch_npu / sgl_kernel_npu do not import",
+                        next=f"the engine image's torch_npu / {KERNEL_PACKAGE} do not import "
+                        "as SGLang imports them (docs/images.md)",
                     )
                 )
                 return 1
-            if missing:
+            searched = {
+                "imported": ",".join(found.imported),
+                "libraries": ",".join(found.libraries) or "none",
+            }
+            if found.missing:
                 print(
                     line(
                         PART,
                         "error",
                         "npu_op_missing",
-                        ops=",".join(missing),
+                        ops=",".join(found.missing),
+                        **searched,
                         next=f"the installed {KERNEL_PACKAGE} does not register them: rebuild "
                         "the image with the pinned release (docs/images.md)",
                     )
                 )
                 return 1
-            print(line(PART, "info", "npu_ops_registered", ops=",".join(ops)))
+            print(line(PART, "info", "npu_ops_registered", ops=",".join(ops), **searched))
             return 0
         kernel = KernelFiles.from_zip(args.zip) if args.zip else KernelFiles.from_site(site)
         verdict = check(site, kernel)
@@ -392,6 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line(PART, "error", "kernel_contents_bad_input", detail=str(exc)))
         return 2
     where = str(args.zip or site)
+    searched = {
+        "packages": ",".join(LIBRARY_PACKAGES),
+        "libraries": ",".join(verdict.libraries) or "none",
+    }
     for item in verdict.missing:
         print(f"missing: {item}", file=sys.stderr)
     if verdict.missing:
@@ -401,13 +474,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "error",
                 "kernel_contents_missing",
                 kernel=where,
+                **searched,
                 missing="; ".join(verdict.missing),
                 next="the kernel release does not hold what SGLang imports: check "
                 "SGL_KERNEL_NPU_VERSION, CHIP and the asset (docs/images.md)",
             )
         )
         return 1
-    print(line(PART, "info", "kernel_contents_ok", kernel=where, checked=verdict.checked))
+    print(
+        line(PART, "info", "kernel_contents_ok", kernel=where, checked=verdict.checked, **searched)
+    )
     return 0
 
 

@@ -159,3 +159,101 @@ def test_the_installed_site_without_the_kernel_says_so(capsys: pytest.CaptureFix
     """This venv has no sgl_kernel_npu (the stubs are not on its path): the check says so."""
     assert kc.main(["--site", str(SGLANG)]) == 1
     assert "the sgl_kernel_npu package itself" in capsys.readouterr().out
+
+
+# --- issue 41: the engine-start lookup imports what SGLang imports, and says what it searched ----
+
+#: A stand-in torch_npu (the real one needs an NPU) and, in the module SGLang imports from
+#: sgl_kernel_npu.fla, the op registration a release may do on a submodule's import (#747's
+#: chunk_gated_delta_rule comes with its own Python wrapper): the ops are real torch ops in the
+#: ``npu`` namespace, and the module maps a compiled library as an extension or ctypes would.
+REGISTERING_MODULE = "sgl_kernel_npu.fla.chunk"
+REGISTRATION = """
+import ctypes as _ctypes
+import os as _os
+
+import torch as _torch
+
+_lib = _torch.library.Library("npu", "FRAGMENT")
+for _schema in {schemas!r}:
+    _lib.define(_schema)
+_so = _os.path.join(_os.path.dirname(__file__), "..", "lib", "libsgl_kernel_npu.so")
+_handle = _ctypes.CDLL(_os.path.realpath(_so))
+"""
+
+
+def registering_site(tmp_path: Path, register_in: str | None) -> Path:
+    """Stand-in packages on a path of their own: the GDN ops registered when ``register_in`` is
+    imported (None: never), a real shared library under sgl_kernel_npu/lib/."""
+    root = tmp_path / "stand-ins"
+    files = kernel_files()
+    files["torch_npu/__init__.py"] = b""
+    files["sgl_kernel_npu/lib/libsgl_kernel_npu.so"] = Path(zlib_extension()).read_bytes()
+    if register_in is not None:
+        rel = register_in.replace(".", "/") + ".py"
+        files[rel] = files[rel] + REGISTRATION.format(schemas=list(SCHEMAS.values())).encode()
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def zlib_extension() -> str:
+    import zlib
+
+    path = getattr(zlib, "__file__", None)
+    if path is None:
+        pytest.skip("zlib is built into this interpreter: no shared library to map")
+    return str(path)
+
+
+def registered(stand_ins: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "qwen_npu.hardware.kernel_contents", "--registered",
+         "--site", str(SGLANG)],
+        env={"PYTHONPATH": str(stand_ins), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_an_op_a_submodule_registers_is_found_after_importing_what_sglang_imports(
+    tmp_path: Path,
+) -> None:
+    assert REGISTERING_MODULE in {n.module for n in kc.sglang_needs(SGLANG)}
+    done = registered(registering_site(tmp_path, REGISTERING_MODULE))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (verdict,) = done.stdout.splitlines()
+    assert verdict.startswith("qwen_npu.hardware level=INFO event=npu_ops_registered ")
+    imported = verdict.split(" imported=", 1)[1].split()[0].split(",")
+    assert imported[:2] == ["torch_npu", "sgl_kernel_npu"]
+    assert {REGISTERING_MODULE, DECODE} <= set(imported)
+    assert " libraries=sgl_kernel_npu/lib/libsgl_kernel_npu.so" in verdict
+
+
+def test_an_op_nothing_registers_is_named_with_what_was_searched(tmp_path: Path) -> None:
+    done = registered(registering_site(tmp_path, None))
+    assert done.returncode == 1
+    (verdict,) = done.stdout.splitlines()
+    assert "event=npu_op_missing ops=" in verdict and "chunk_gated_delta_rule" in verdict
+    assert f",{REGISTERING_MODULE}" in verdict and " libraries=none" in verdict
+
+
+def test_a_module_sglang_imports_that_does_not_import_is_named(tmp_path: Path) -> None:
+    stand_ins = registering_site(tmp_path, REGISTERING_MODULE)
+    (stand_ins / (DECODE.replace(".", "/") + ".py")).write_text("raise OSError('no libascend')\n")
+    done = registered(stand_ins)
+    assert done.returncode == 1
+    (verdict,) = done.stdout.splitlines()
+    assert f"event=npu_ops_unavailable module={DECODE} " in verdict and "no libascend" in verdict
+
+
+def test_the_build_time_line_names_the_packages_and_libraries_it_searched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zip_path = release_zip(tmp_path, kernel_files())
+    assert kc.main(["--zip", str(zip_path)]) == 0
+    out = capsys.readouterr().out
+    assert "event=kernel_contents_ok " in out
+    assert " packages=sgl_kernel_npu,attentions " in out
+    assert " libraries=sgl_kernel_npu/lib/libsgl_kernel_npu.so" in out

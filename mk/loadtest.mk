@@ -51,7 +51,7 @@ bench-ui: $(STAMP) ## locust web UI on the bench locustfile (http://127.0.0.1:80
 REPEATS ?= 3
 COMPARE_OUTPUT ?= $(BENCH_OUT)/compare.jsonl
 bench-compare: $(STAMP) ## the same bench against two endpoints, interleaved, repeated: make bench-compare A=<url> B=<url> [CONCS= LABEL_A= LABEL_B= REPEATS=3]
-	$(BIN)/python -m qwen_npu.loadtest.compare --a "$(A)" --b "$(B)" --concs "$(CONCS)" \
+	$(BIN)/qwen-npu bench-compare --a "$(A)" --b "$(B)" --concs "$(CONCS)" \
 		--repeats $(REPEATS) --output $(COMPARE_OUTPUT) \
 		$(if $(LABEL_A),--label-a "$(LABEL_A)") $(if $(LABEL_B),--label-b "$(LABEL_B)") $(DATA_FLAGS)
 
@@ -62,7 +62,7 @@ TIME_SCALE ?= 0.5
 WAVES ?= 2
 TUNE_OUTPUT ?= $(BENCH_OUT)/mtp-tune.jsonl
 mtp-tune: $(STAMP) ## which MTP setting per concurrency band, with the values overlay: make mtp-tune [SETTINGS="off 1 2 3" TUNE_CONCS= URLS="off=<url> 3=<url>" REPEATS=]
-	$(BIN)/python -m qwen_npu.loadtest.tune --settings "$(SETTINGS)" --concs "$(TUNE_CONCS)" \
+	$(BIN)/qwen-npu mtp-tune --settings "$(SETTINGS)" --concs "$(TUNE_CONCS)" \
 		--repeats $(REPEATS) --waves $(WAVES) --output $(TUNE_OUTPUT) \
 		$(if $(URLS),--urls "$(URLS)",--profile $(SIM_PROFILE) --time-scale $(TIME_SCALE)) $(DATA_FLAGS)
 

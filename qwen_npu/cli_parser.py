@@ -1,17 +1,352 @@
-"""The argument parser every ``qwen-npu <verb>`` uses: a bad flag is one line, not a usage block.
+"""What every ``qwen-npu <verb>`` parses with: one-line errors, checked numbers, checked paths.
 
 At 3 a.m. ``qwen-npu preflight --tp two`` should say what is wrong and where the help is, in one
-line; the full usage stays with ``--help``. Standard library only (the engine image imports it).
+line; the full usage stays with ``--help``. Every error of every verb has one shape,
+``qwen-npu <verb>: error: <message>`` (``error_line``, ``fail``), the argument parser's included.
+Numbers are range-checked by the parser (``Number``: ``positive_int``, ``port``, ``fraction``...:
+never 0, a negative, inf or nan where it makes no sense), and output paths before any long run
+starts (``output_file``, ``output_dir``): a bad value is refused before anything is measured or
+written. The exit codes every verb shares are here too (docs/cli.md holds the table).
+Standard library only (the engine image imports it).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
+
+#: The exit codes every verb shares (docs/cli.md): one meaning each across the package.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the check's verdict is no, the run failed, or a target did not answer
+EXIT_BAD_INPUT = 2  # a flag, file or value the user gave is wrong: the message names it
+EXIT_NO_SPACE = 3  # no space left where the verb writes
+EXIT_TIMED_OUT = 4  # a wait ran out of time
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141  # stdout closed by the reader (128 + SIGPIPE, as a shell reports it)
+
+
+def error_line(prog: str, message: str) -> str:
+    """The one shape of an error: ``<prog>: error: <message>``."""
+    return f"{prog}: error: {message}"
+
+
+def fail(prog: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
+    """Print ``error_line`` on stderr and return ``code`` (for ``return fail(...)``)."""
+    print(error_line(prog, message), file=sys.stderr, flush=True)
+    return code
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are ``<prog>: <message>; see: <prog> --help``."""
+    """``argparse.ArgumentParser`` whose errors are ``<prog>: error: <message>; see: <prog>
+    --help``, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}; see: {self.prog} --help\n")
+        self.exit(EXIT_BAD_INPUT, error_line(self.prog, f"{message}; see: {self.prog} --help\n"))
+
+
+@dataclass(frozen=True)
+class Number:
+    """An argparse ``type=``: a finite int or float within bounds, else a one-line refusal.
+
+    ``accepts`` says whether a value is in range (the bad-input suite asks it which of 0, -1, inf,
+    nan it must see refused)."""
+
+    kind: type[int] | type[float]
+    low: float | None = None
+    low_open: bool = False
+    high: float | None = None
+    what: str = "a number"
+    passes: tuple[str, ...] = ()  # words handed on as text (an optional setting's "none")
+
+    def accepts(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.kind is int and value != int(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+    def __call__(self, text: str) -> int | float | str:
+        if text.strip().lower() in self.passes:
+            return text
+        try:
+            value = self.kind(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {self.what}") from None
+        if not self.accepts(value):
+            raise argparse.ArgumentTypeError(f"{text} is not {self.what}")
+        return value
+
+
+positive_int = Number(int, low=1, what="an integer of 1 or more")
+non_negative_int = Number(int, low=0, what="an integer of 0 or more")
+positive_float = Number(float, low=0, low_open=True, what="a finite number above 0")
+non_negative_float = Number(float, low=0, what="a finite number of 0 or more")
+port = Number(int, low=1, high=65535, what="a TCP port (1-65535)")
+fraction = Number(float, low=0, low_open=True, high=1, what="a fraction above 0 and at most 1")
+unit_interval = Number(float, low=0, high=1, what="a number from 0 to 1")
+
+
+def at_least(low: int) -> Number:
+    """An integer of ``low`` or more."""
+    return Number(int, low=low, what=f"an integer of {low} or more")
+
+
+def float_between(low: float, high: float, low_open: bool = False) -> Number:
+    """A finite number from ``low`` (above it when ``low_open``) to ``high``."""
+    side = "above" if low_open else "from"
+    what = f"a number {side} {low} to {high}"
+    return Number(float, low=low, low_open=low_open, high=high, what=what)
+
+
+@dataclass(frozen=True)
+class OutputPath:
+    """An argparse ``type=`` for where a verb writes: checked before the verb runs, so that a long
+    run never ends in a traceback at its last write. A missing folder on the way is allowed (the
+    verb creates it); the nearest one that exists must be a folder this process can write in."""
+
+    folder: bool
+    what: str
+
+    def __call__(self, text: str) -> Path:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty path is not {self.what}")
+        path = Path(text)
+        if self.folder and path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a file, not a folder; pass a folder")
+        if not self.folder and path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file path in it")
+        nearest = path.absolute().parent
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if not nearest.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text}: {nearest} is a file, not a folder; pass a path under a folder"
+            )
+        writable = path if path.exists() else nearest
+        if not os.access(writable, os.W_OK | (os.X_OK if writable.is_dir() else 0)):
+            raise argparse.ArgumentTypeError(
+                f"{text}: cannot write {writable} (permissions or a read-only file system); "
+                "pass a path you can write"
+            )
+        return path
+
+
+output_file = OutputPath(folder=False, what="a file to write")
+output_dir = OutputPath(folder=True, what="a folder to write in")
+
+
+# The edge: what a verb did not catch becomes one line naming the file or flag and the fix.
+
+
+def _flag_for(path: str, argv: Sequence[str]) -> str | None:
+    """``--flag value`` (or ``value`` for a positional) of the argument naming ``path`` or a
+    folder above it; None when no argument does."""
+    target = os.path.abspath(path)
+    for i, arg in enumerate(argv):
+        flag, value = arg.split("=", 1) if arg.startswith("--") and "=" in arg else (None, arg)
+        if not value or value.startswith("-"):
+            continue
+        given = os.path.abspath(value)
+        if target == given or target.startswith(given.rstrip(os.sep) + os.sep):
+            if flag is None and i > 0 and argv[i - 1].startswith("-"):
+                flag = argv[i - 1]
+            return f"{flag} {value}" if flag else value
+    return None
+
+
+def _file_in_traceback(exc: BaseException) -> str | None:
+    """The innermost existing file a frame of the traceback held (a Path or a path string): the
+    file being read when a decoder failed, which its exception does not name."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            if isinstance(value, Path) or (
+                isinstance(value, str) and 0 < len(value) < 4096 and os.sep in value
+            ):
+                try:
+                    if os.path.isfile(value):
+                        return str(value)
+                except (OSError, ValueError):
+                    continue
+    return None
+
+
+def _where(path: str | None, argv: Sequence[str]) -> str:
+    """``--flag value: path`` / ``path`` / ``a file it read`` for a message's start."""
+    if path is None:
+        return "a file it read"
+    given = _flag_for(path, argv)
+    if given is None:
+        return path
+    return given if given.endswith(path) else f"{given}: {path}"
+
+
+#: errno name -> what it means for a path the user gave, and the fix.
+_PATH_ERRORS = {
+    "ENOENT": "no such file or folder; check the path",
+    "EISDIR": "is a folder; pass a file",
+    "ENOTDIR": "a part of the path is a file, not a folder; fix the path",
+    "EACCES": "permission denied; make it readable (or writable) for this user, or pass another",
+    "EPERM": "not permitted; make it readable (or writable) for this user, or pass another",
+    "EROFS": "on a read-only file system; pass a path on a writable one",
+    "ENOSPC": "no space left on the device; free some or pass a path on another",
+    "EDQUOT": "over the disk quota; free some or pass a path on another",
+    "ENAMETOOLONG": "the name is too long; pass a shorter path",
+    "ELOOP": "too many symbolic links; fix the path",
+    "EIO": "an I/O error reading it; check the disk, or pass another copy",
+}
+
+
+def describe(exc: BaseException, argv: Sequence[str]) -> tuple[str, int] | None:
+    """(one line, exit code) for an exception of the edge's kinds; None for any other."""
+    import errno
+    import json
+    import ssl
+
+    yaml = sys.modules.get("yaml")  # never imported here: only a verb that read YAML has it
+    if yaml is not None and isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        name = getattr(mark, "name", None)
+        path = name if name and not name.startswith("<") else _file_in_traceback(exc)
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"{_where(path, argv)}: not valid YAML ({problem}{at}); fix the file", EXIT_BAD_INPUT
+    if isinstance(exc, json.JSONDecodeError):
+        where = _where(_file_in_traceback(exc), argv)
+        at = f"line {exc.lineno} column {exc.colno}"
+        return f"{where}: not valid JSON ({exc.msg} at {at}); fix the file", EXIT_BAD_INPUT
+    if isinstance(exc, UnicodeDecodeError):
+        where = _where(_file_in_traceback(exc), argv)
+        return (
+            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); pass a UTF-8 text file",
+            EXIT_BAD_INPUT,
+        )
+    if isinstance(exc, UnicodeError):
+        return (
+            f"cannot encode a text ({exc}); run under a UTF-8 locale (LANG=C.UTF-8)",
+            EXIT_BAD_INPUT,
+        )
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or exc.strerror or str(exc)
+        bundles = [a for a in argv if a.split("=")[0] in ("--ca-bundle", "--cacert", "--ca")]
+        given = f" with {bundles[0]}" if bundles else ""
+        return (
+            f"TLS failed{given} ({reason}); pass a PEM bundle holding the server's CA "
+            "(--ca-bundle FILE: one or more -----BEGIN CERTIFICATE----- blocks)",
+            EXIT_BAD_INPUT,
+        )
+    if isinstance(exc, OSError):
+        code = errno.errorcode.get(exc.errno or 0, "")
+        why = _PATH_ERRORS.get(code, exc.strerror or str(exc))
+        exit_code = EXIT_NO_SPACE if code in ("ENOSPC", "EDQUOT") else EXIT_BAD_INPUT
+        if exc.filename is not None:
+            return f"{_where(os.fsdecode(exc.filename), argv)}: {why}", exit_code
+        cause = getattr(exc, "reason", None)  # urllib's URLError
+        if isinstance(exc, ConnectionError | TimeoutError) or cause is not None:
+            return (
+                f"cannot reach the target ({cause or exc.strerror or exc}); check the URL and "
+                "that it is up",
+                EXIT_FAILED,
+            )
+        return f"{exc.strerror or exc}", exit_code
+    return None
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (a BrokenPipeError is then stdout's)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return True  # a captured stdout: the pipe that broke was the one written to
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(event & select.POLLERR for _, event in poll.poll(0))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not fail again (the
+    Python documentation's recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def run_verb(prog: str, entry: Callable[[list[str]], int | None], argv: list[str]) -> int:
+    """Run a verb's ``main(argv)`` at the CLI's edge: a closed stdout is quiet (exit 141), Ctrl-C
+    one line (130), and an uncaught OSError, UnicodeError, ssl.SSLError, yaml.YAMLError or
+    json.JSONDecodeError one line naming the file or flag and the fix (``describe``; 2 bad input,
+    1 an unreachable target, 3 no space). Anything else is a bug: one line saying so (exit 1),
+    its traceback with ``QWEN_NPU_TRACEBACK=1``."""
+    try:
+        try:
+            return int(entry(argv) or 0)
+        finally:  # here, not at the interpreter's exit (--help's SystemExit included)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError as exc:
+        if _stdout_closed():
+            _quiet_stdout()
+            return EXIT_BROKEN_PIPE
+        return fail(prog, f"a connection closed under it ({exc}); try again", EXIT_FAILED)
+    except Exception as exc:
+        said = describe(exc, argv)
+        if said is not None:
+            return fail(prog, said[0], said[1])
+        if os.environ.get("QWEN_NPU_TRACEBACK") == "1":
+            raise
+        return fail(
+            prog,
+            f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+            f"a bug in {prog}: report it with the command line (QWEN_NPU_TRACEBACK=1 shows "
+            "where)",
+            EXIT_FAILED,
+        )
+
+
+def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | None:
+    """The ``Number`` for a pydantic field of type int or float (``Optional`` too), its bounds from
+    the field's ``ge``/``gt``/``le`` limits; None for a field of another type. Duck-typed: no
+    pydantic import here. ``none_words`` (for an optional field) pass through as text."""
+    import typing
+
+    annotation = getattr(field, "annotation", None)
+    kinds = [a for a in (typing.get_args(annotation) or (annotation,)) if a is not type(None)]
+    if len(kinds) != 1 or kinds[0] not in (int, float):
+        return None
+    kind = kinds[0]
+    low: float | None = None
+    low_open = False
+    high: float | None = None
+    for limit in getattr(field, "metadata", []):
+        if getattr(limit, "ge", None) is not None:
+            low = limit.ge
+        if getattr(limit, "gt", None) is not None:
+            low, low_open = limit.gt, True
+        if getattr(limit, "le", None) is not None:
+            high = limit.le
+    kind_word = "an integer" if kind is int else "a finite number"
+    bounds = []
+    if low is not None:
+        bounds.append(f"{'above' if low_open else 'at least'} {low:g}")
+    if high is not None:
+        bounds.append(f"at most {high:g}")
+    what = kind_word + (" " + " and ".join(bounds) if bounds else "")
+    return Number(kind, low=low, low_open=low_open, high=high, what=what, passes=none_words)

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, fail, positive_int
 
 #: Ascend 910B unified buffer per vector core: 192 KiB.
 DEFAULT_UB_BYTES = 196_608
@@ -156,12 +156,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="qwen-npu ub-plan",
         description="Plan the mamba scatter's h_block_size so its tile fits the Ascend UB.",
     )
-    p.add_argument("--value-head-dim", type=int, required=True, metavar="V")
-    p.add_argument("--key-head-dim", type=int, required=True, metavar="K")
+    p.add_argument("--value-head-dim", type=positive_int, required=True, metavar="V")
+    p.add_argument("--key-head-dim", type=positive_int, required=True, metavar="K")
     p.add_argument("--dtype", required=True, choices=sorted(DTYPE_BYTES))
-    p.add_argument("--num-heads", type=int, default=None, metavar="H", help="value heads per rank")
-    p.add_argument("--ub-bytes", type=int, default=DEFAULT_UB_BYTES)
-    p.add_argument("--buffers", type=int, default=DEFAULT_BUFFERS)
+    p.add_argument(
+        "--num-heads", type=positive_int, default=None, metavar="H", help="value heads per rank"
+    )
+    p.add_argument("--ub-bytes", type=positive_int, default=DEFAULT_UB_BYTES)
+    p.add_argument("--buffers", type=positive_int, default=DEFAULT_BUFFERS)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return p
 
@@ -179,8 +181,7 @@ def main(argv: list[str]) -> int:
             buffers=args.buffers,
         )
     except UbPlanError as exc:
-        print(f"qwen-npu ub-plan: {exc}", file=sys.stderr)
-        return 2
+        return fail("qwen-npu ub-plan", str(exc))
     if args.json:
         print(json.dumps(result.as_dict(), sort_keys=True))
     else:

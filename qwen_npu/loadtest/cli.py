@@ -8,12 +8,21 @@ interrupted (what was measured is still printed and written).
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import (
+    EXIT_FAILED,
+    OneLineParser,
+    fail,
+    non_negative_float,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from qwen_npu.loadtest.backends import BACKEND_MAPPING
 from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
 from qwen_npu.loadtest.config import DEFAULT_TARGET, BenchConfig
@@ -36,43 +45,53 @@ from qwen_npu.loadtest.report import (
     read_jsonl,
 )
 
+PROG = "qwen-npu bench"
+
 
 def build_parser() -> argparse.ArgumentParser:
     d = BenchConfig().data
     c = BenchConfig()
     p = OneLineParser(
-        prog="qwen-npu bench",
+        prog=PROG,
         description="Locust load test with sglang.benchmark.serving's dataset and metrics.",
     )
     p.add_argument("--target", default=DEFAULT_TARGET, help="engine base URL (%(default)s)")
     p.add_argument("--api", default=c.api, choices=sorted(BACKEND_MAPPING))
-    p.add_argument("--concurrency", "-c", type=int, default=c.concurrency, help="closed-loop users")
+    p.add_argument(
+        "--concurrency", "-c", type=positive_int, default=c.concurrency, help="closed-loop users"
+    )
     p.add_argument(
         "--sweep", default=None, help='run once per concurrency, e.g. "1 5 10" (overrides -c)'
     )
-    p.add_argument("--num-prompts", type=int, default=d.num_prompts)
-    p.add_argument("--input-len", type=int, default=d.input_len)
-    p.add_argument("--output-len", type=int, default=d.output_len)
-    p.add_argument("--range-ratio", type=float, default=d.range_ratio)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--num-prompts", type=positive_int, default=d.num_prompts)
+    p.add_argument("--input-len", type=positive_int, default=d.input_len)
+    p.add_argument("--output-len", type=positive_int, default=d.output_len)
+    p.add_argument("--range-ratio", type=unit_interval, default=d.range_ratio)
+    p.add_argument("--seed", type=non_negative_int, default=d.seed)
     p.add_argument("--dataset", default=c.dataset, choices=sorted(DATASET_MAPPING))
     p.add_argument("--tokenizer", default=None, help="folder with tokenizer.json (vocab size)")
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=positive_int,
         default=None,
         help=f"token-id range when no --tokenizer (default {DEFAULT_VOCAB_SIZE})",
     )
     p.add_argument("--model", default=c.model, help="model name for API=openai")
-    p.add_argument("--workers", type=int, default=c.workers, help="locust worker processes")
-    p.add_argument("--output", default=None, help="JSONL file to append one line per run to")
+    p.add_argument(
+        "--workers", type=non_negative_int, default=c.workers, help="locust worker processes"
+    )
+    p.add_argument(
+        "--output", type=output_file, default=None, help="JSONL file to append one line per run to"
+    )
     p.add_argument("--baseline", default=None, help="JSONL with earlier runs to compare against")
     p.add_argument("--threshold", action="append", default=[], help="key=percent (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
-    p.add_argument("--ready-timeout", type=float, default=c.ready_timeout_s, help="seconds")
+    p.add_argument(
+        "--ready-timeout", type=positive_float, default=c.ready_timeout_s, help="seconds"
+    )
     p.add_argument(
         "--ramp-ms-per-user",
-        type=float,
+        type=non_negative_float,
         default=c.ramp_ms_per_user,
         help="users start this many ms apart (%(default)s; 0 = all at once)",
     )
@@ -86,29 +105,23 @@ def _concurrencies(args: argparse.Namespace) -> list[int]:
     try:
         values = [int(x) for x in args.sweep.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f'CONCS="{args.sweep}": use integers, e.g. CONCS="1 5 10"') from None
-    if not values:
-        raise ValueError('CONCS is empty: use e.g. CONCS="1 5 10"')
+        raise ValueError(f'--sweep "{args.sweep}": use integers, e.g. --sweep "1 5 10"') from None
+    if not values or min(values) < 1:
+        raise ValueError(f'--sweep "{args.sweep}": give concurrencies of 1 or more, e.g. "1 5 10"')
     return values
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Validate the flags into a config; bad values raise ValueError with the fix."""
-    if args.tokenizer and args.vocab_size:
+    if args.tokenizer and args.vocab_size is not None:
         raise ValueError("pass --tokenizer or --vocab-size, not both")
     vocab = (
         vocab_size_from_tokenizer(args.tokenizer)
         if args.tokenizer
-        else (args.vocab_size or DEFAULT_VOCAB_SIZE)
+        else (DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size)
     )
-    if args.concurrency < 1:
-        raise ValueError(f"CONC={args.concurrency}: must be at least 1")
-    if args.ramp_ms_per_user < 0:
-        raise ValueError(f"--ramp-ms-per-user={args.ramp_ms_per_user}: must be 0 or more")
-    if args.workers < 0:
-        raise ValueError(f"WORKERS={args.workers}: must be 0 (one process) or more")
     if not args.target.startswith(("http://", "https://")):
-        raise ValueError(f"TARGET={args.target}: use a URL such as {DEFAULT_TARGET}")
+        raise ValueError(f"--target {args.target}: use a URL such as {DEFAULT_TARGET}")
     config = BenchConfig(
         target=args.target.rstrip("/"),
         api=args.api,
@@ -159,15 +172,14 @@ def main(argv: list[str]) -> int:
         thresholds = parse_thresholds(args.threshold)
         if args.baseline and not Path(args.baseline).is_file():
             raise ValueError(
-                f"BASELINE={args.baseline}: no such file; pass a JSONL an earlier bench wrote "
-                "(OUTPUT=, default out/bench/bench.jsonl) or leave BASELINE unset"
+                f"--baseline {args.baseline}: no such file; pass a JSONL an earlier bench wrote "
+                "(--output; make bench: out/bench/bench.jsonl) or drop --baseline"
             )
         baseline_records = read_jsonl(args.baseline) if args.baseline else None
     except (ValueError, DatasetError, OSError) as exc:
-        print(f"qwen-npu bench: {exc}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(exc))
 
-    if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and not args.vocab_size:
+    if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and args.vocab_size is None:
         say(
             "note",
             vocab_size=f"{DEFAULT_VOCAB_SIZE} (default)",
@@ -180,8 +192,7 @@ def main(argv: list[str]) -> int:
         try:
             record, interrupted = run_one(replace(config, concurrency=conc))
         except TargetNotReady as exc:
-            print(exc, file=sys.stderr, flush=True)  # one line naming the fix
-            return 1
+            return fail(PROG, str(exc), EXIT_FAILED)  # one line naming the fix
         records.append(record)
         if args.output:
             append_jsonl(args.output, record)

@@ -8,9 +8,10 @@ over the repeats and gives a verdict only where the ranges do not overlap (compa
 Beside the figures: each engine's accept length from its own counters over each run.
 
 Before anything runs, both sides must answer and serve the same model and tokenizer
-(``/v1/models``, ``/model_info`` or ``/get_model_info``); otherwise one line and exit 2.
+(``/v1/models``, ``/model_info`` or ``/get_model_info``); otherwise one line: exit 1 for a side
+that does not answer (as ``qwen-npu bench``), 2 for two different models.
 
-Usage: ``python -m qwen_npu.loadtest.compare --a URL --b URL [--label-a L] [--label-b L]
+Usage: ``qwen-npu bench-compare --a URL --b URL [--label-a L] [--label-b L]
 [--concs "1 5 10 32"] [--repeats 3] [--output FILE.jsonl] [any qwen-npu bench flag]``. Writes the
 JSONL history (one line per run), ``<stem>.png`` and ``<stem>.html``.
 """
@@ -26,7 +27,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    OneLineParser,
+    fail,
+    output_file,
+    positive_int,
+)
 from qwen_npu.loadtest import cli
 from qwen_npu.loadtest.compare_stats import crossover, format_pair, summarize
 from qwen_npu.loadtest.progress import TargetNotReady, say
@@ -77,8 +85,8 @@ def identity(side: Side, timeout_s: float = 5.0) -> Identity:
     status, body = _get_json(side.url + "/v1/models", timeout_s)
     if status != 200 or not isinstance(body, dict):
         what = f"HTTP {status}" if status else "no answer"
-        raise CompareError(
-            f"{side.label}={side.url}: GET /v1/models gave {what}; start the engine or the "
+        raise TargetNotReady(
+            f"side {side.label} {side.url}: GET /v1/models gave {what}; start the engine or the "
             "simulator there, or fix the URL (http://<host>:<port>, no path)"
         )
     models = tuple(sorted(str(m.get("id")) for m in body.get("data") or [] if isinstance(m, dict)))
@@ -115,9 +123,9 @@ def parse_concs(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.replace(",", " ").split()]
     except ValueError:
-        raise CompareError(f'CONCS="{text}": use integers, e.g. CONCS="1 5 10 32"') from None
+        raise CompareError(f'--concs "{text}": use integers, e.g. --concs "1 5 10 32"') from None
     if not values or min(values) < 1:
-        raise CompareError(f'CONCS="{text}": give one or more concurrencies >= 1')
+        raise CompareError(f'--concs "{text}": give one or more concurrencies >= 1')
     return sorted(set(values))
 
 
@@ -133,11 +141,10 @@ def run_sides(
     try:
         return runs()
     except TargetNotReady as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
+        return fail(prog, str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; the runs so far are in {output}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def run_interleaved(
@@ -182,8 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-a", default="A")
     p.add_argument("--label-b", default="B")
     p.add_argument("--concs", default="1 5 10 32", help='concurrencies, e.g. "1 5 10 32"')
-    p.add_argument("--repeats", type=int, default=3, help="runs per side and concurrency")
-    p.add_argument("--output", default=DEFAULT_OUTPUT, help="JSONL history (%(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="runs per side and concurrency")
+    p.add_argument(
+        "--output", type=output_file, default=DEFAULT_OUTPUT, help="JSONL history (%(default)s)"
+    )
     return p
 
 
@@ -240,22 +249,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sides = [Side(args.label_a, args.a.rstrip("/")), Side(args.label_b, args.b.rstrip("/"))]
         if sides[0].label == sides[1].label:
-            raise CompareError(f"LABEL_A and LABEL_B are both {sides[0].label!r}; give two names")
-        for side in sides:
+            raise CompareError(
+                f"--label-a and --label-b are both {sides[0].label!r}; give two names"
+            )
+        for side, flag in zip(sides, ("--a", "--b"), strict=True):
             if not side.url:
-                raise CompareError(f"{side.label}= is empty; give both: A=<url> B=<url>")
+                raise CompareError(f"{flag} is empty; give both: --a <url> --b <url>")
             if not side.url.startswith(("http://", "https://")):
                 raise CompareError(
-                    f"{side.label}={side.url}: use a URL such as http://host:{ENGINE_PORT}"
+                    f"{flag} {side.url}: use a URL such as http://host:{ENGINE_PORT}"
                 )
-        if args.repeats < 1:
-            raise CompareError(f"REPEATS={args.repeats}: must be at least 1")
         concs = parse_concs(args.concs)
         base = bench_config(rest, sides[0].url)
         check_same_model(sides, [identity(s) for s in sides])
+    except TargetNotReady as exc:  # as qwen-npu bench: a target that does not answer is 1
+        return fail(PROG, str(exc), EXIT_FAILED)
     except (CompareError, ValueError, OSError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(exc))
 
     output = Path(args.output) if args.output else None
     tag = f"compare-{time.time():.0f}"
@@ -271,5 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if all(r.get("verdict") == "pass" for r in records) else 1
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the CLI's edge too: qwen-npu bench-compare
+    from qwen_npu.cli import main as cli_main
+
+    raise SystemExit(cli_main(["bench-compare", *sys.argv[1:]]))

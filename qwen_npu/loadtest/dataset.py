@@ -80,15 +80,16 @@ class RandomIdsDataset(Dataset):
     @classmethod
     def from_config(cls, config: DatasetConfig) -> RandomIdsDataset:
         if config.num_prompts < 1:
-            raise DatasetError(f"NUM_PROMPTS={config.num_prompts}: must be at least 1")
+            raise DatasetError(f"--num-prompts {config.num_prompts}: must be at least 1")
         if config.input_len < 1 or config.output_len < 1:
             raise DatasetError(
-                f"INPUT_LEN={config.input_len} OUTPUT_LEN={config.output_len}: both must be >= 1"
+                f"--input-len {config.input_len} --output-len {config.output_len}: both must be "
+                ">= 1"
             )
         if not 0.0 <= config.range_ratio <= 1.0:
-            raise DatasetError(f"RANGE_RATIO={config.range_ratio}: must be within 0..1")
+            raise DatasetError(f"--range-ratio {config.range_ratio}: must be within 0..1")
         if config.vocab_size < 2:
-            raise DatasetError(f"vocab size {config.vocab_size}: must be at least 2")
+            raise DatasetError(f"--vocab-size {config.vocab_size}: must be at least 2")
         return cls(config)
 
     def load(self) -> list[DatasetRow]:

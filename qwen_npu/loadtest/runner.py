@@ -61,17 +61,17 @@ def wait_ready(config: BenchConfig) -> None:
                 return
             if resp.status_code == 404:  # a server that is up but is not SGLang's root: no wait
                 raise TargetNotReady(
-                    f"bench: target={config.target} answers HTTP 404 to GET /v1/models: it is "
-                    "not an SGLang server's base URL; pass TARGET=http://<host>:<port> (no path)"
+                    f"--target {config.target} answers HTTP 404 to GET /v1/models: it is "
+                    "not an SGLang server's base URL; pass --target http://<host>:<port> (no path)"
                 )
             last = f"HTTP {resp.status_code}"
         except requests.RequestException as exc:
             last = type(exc).__name__
         gevent.sleep(0.5)
     raise TargetNotReady(
-        f"bench: target={config.target} did not answer GET /v1/models within "
-        f"{config.ready_timeout_s:.0f}s (last: {last}); start the engine or the simulator "
-        f"(qwen-npu sim), or pass TARGET=<url>"
+        f"--target {config.target} did not answer GET /v1/models within "
+        f"{config.ready_timeout_s:g}s (last: {last}); start the engine or the simulator "
+        f"(qwen-npu sim), or pass --target <url>"
     )
 
 

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, port
 from qwen_npu.oncall import release as rel
 from qwen_npu.patches.registry import PATCHES
 from qwen_npu.ports import ENGINE_PORT, SIDECAR_PORT
@@ -322,8 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="--reuse-values",
         help="helm upgrade's values flag (--reset-then-reuse-values with a newer chart)",
     )
-    p.add_argument("--sidecar-port", type=int, default=SIDECAR_PORT)
-    p.add_argument("--router-port", type=int, default=ENGINE_PORT)
+    p.add_argument("--sidecar-port", type=port, default=SIDECAR_PORT)
+    p.add_argument("--router-port", type=port, default=ENGINE_PORT)
     p.add_argument("--patch", default="", help="patch-off/patch-on: the runtime patch's name")
     p.add_argument("--revision", default="", help="rollback: the revision (default: previous)")
     p.add_argument("--via", choices=["cli", "make"], default="cli", help=argparse.SUPPRESS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
+from qwen_npu.cli_parser import fail
 from qwen_npu.log import PartLog
 from qwen_npu.ports import cannot_listen
 from qwen_npu.sidecar.config import Settings, SettingsError, cli_parser, load_settings
@@ -20,6 +21,8 @@ DESCRIPTION = (
     "--port: QWEN_NPU_SIDECAR_PORT); flags win. The other settings are environment variables "
     "only; docs/sidecar.md lists them all."
 )
+
+PROG = "qwen-npu sidecar"
 
 
 def main(argv: list[str]) -> int:
@@ -33,8 +36,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(cli=flags(parsed_args=args))
     except SettingsError as exc:
-        print(f"qwen-npu sidecar: {exc}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(exc))
     if args.check:
         print(json.dumps(settings.public_dict(), indent=2, sort_keys=True))
         return 0
@@ -52,7 +54,7 @@ def serve(settings: Settings) -> int:
     busy = cannot_listen(settings.sidecar_host, settings.sidecar_port)
     if busy:
         print(
-            f"qwen-npu sidecar: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
+            f"{PROG}: error: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
             f"({busy}); pick a free port with --port / QWEN_NPU_SIDECAR_PORT",
             file=sys.stderr,
         )
@@ -71,7 +73,7 @@ def serve(settings: Settings) -> int:
         )
     except OSError as exc:
         print(
-            f"qwen-npu sidecar: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
+            f"{PROG}: error: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
             f"({exc.strerror}); pick a free port with --port / QWEN_NPU_SIDECAR_PORT",
             file=sys.stderr,
         )

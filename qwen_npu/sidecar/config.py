@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, CliSettingsSource, CliSuppress, SettingsConfigDict
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, field_number
 from qwen_npu.ports import LOCAL_ENGINE_URL, SIDECAR_PORT
 
 _T = TypeVar("_T")
@@ -199,7 +199,13 @@ def cli_parser(description: str) -> tuple[OneLineParser, CliSettingsSource[Setti
     namespace))``.
     """
     parser = OneLineParser(prog="qwen-npu sidecar", description=description)
-    return parser, CliSettingsSource(Settings, root_parser=parser)
+    source: CliSettingsSource[Settings] = CliSettingsSource(Settings, root_parser=parser)
+    for action in parser._actions:  # the numbers range-checked by the parser, from the fields
+        field = Settings.model_fields.get(action.dest)
+        number = field_number(field) if field is not None else None
+        if number is not None:
+            action.type = number
+    return parser, source
 
 
 def describe_error(exc: ValidationError) -> str:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import typing
 from typing import Any
 
 from pydantic.fields import FieldInfo
 
 from qwen_npu import log as shared_log
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, fail, field_number
 from qwen_npu.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles, typed
 
 BANNER = (
@@ -65,7 +64,12 @@ def _parser() -> argparse.ArgumentParser:
                 help=help_,
             )
         else:
-            p.add_argument(f"--{key}", default=None, metavar=metavar, help=help_)
+            # numbers range-checked by the parser, from the field's limits ("none" clears an
+            # optional one)
+            number = field_number(f, none_words=("", "none", "null") if f.default is None else ())
+            p.add_argument(
+                f"--{key}", default=None, metavar=metavar, type=number or str, help=help_
+            )
     return p
 
 
@@ -94,8 +98,7 @@ def main(argv: list[str]) -> int:
             return 0
         cfg, origin = build(flags, profile=ns.profile, config_file=ns.config)
     except ConfigError as exc:
-        print(f"qwen-npu sim: {exc}", file=sys.stderr)
-        return 2
+        return fail("qwen-npu sim", str(exc))
     if ns.print_config:
         print(json.dumps(effective(cfg), indent=2))
         return 0

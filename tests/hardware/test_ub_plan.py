@@ -135,9 +135,12 @@ def test_cli_text_and_in_process() -> None:
     [
         (
             ["--value-head-dim", "0", "--key-head-dim", "128", "--dtype", "float32"],
-            "value_head_dim=0",
+            "argument --value-head-dim: 0 is not an integer of 1 or more",
         ),
-        (["--value-head-dim", "x", "--key-head-dim", "128", "--dtype", "float32"], "invalid int"),
+        (
+            ["--value-head-dim", "x", "--key-head-dim", "128", "--dtype", "float32"],
+            "argument --value-head-dim: 'x' is not an integer",
+        ),
         (["--value-head-dim", "128", "--key-head-dim", "128", "--dtype", "int8"], "invalid choice"),
         (["--key-head-dim", "128", "--dtype", "float32"], "required"),
     ],

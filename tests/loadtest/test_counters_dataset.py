@@ -44,9 +44,9 @@ def test_accept_length_is_none_without_spec_counters_or_scrape() -> None:
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
-        (DatasetConfig(num_prompts=0), "NUM_PROMPTS"),
-        (DatasetConfig(input_len=0), "INPUT_LEN"),
-        (DatasetConfig(range_ratio=1.5), "RANGE_RATIO"),
+        (DatasetConfig(num_prompts=0), "--num-prompts"),
+        (DatasetConfig(input_len=0), "--input-len"),
+        (DatasetConfig(range_ratio=1.5), "--range-ratio"),
     ],
 )
 def test_dataset_rejects_bad_numbers(cfg: DatasetConfig, match: str) -> None:
@@ -72,10 +72,14 @@ def test_same_seed_same_ids_other_seed_other_ids() -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--concurrency", "0"], "CONC=0"),
-        (["--num-prompts", "0"], "NUM_PROMPTS=0"),
-        (["--target", "127.0.0.1:30000"], "TARGET="),
-        (["--sweep", "1 x"], "CONCS="),
+        (["--concurrency", "0"], "argument --concurrency/-c: 0 is not"),
+        (["-c", "0"], "argument --concurrency/-c: 0 is not"),
+        (["--num-prompts", "0"], "argument --num-prompts: 0 is not"),
+        (["--vocab-size", "0"], "argument --vocab-size: 0 is not"),
+        (["--ready-timeout", "-5"], "argument --ready-timeout: -5 is not"),
+        (["--target", "127.0.0.1:30000"], "--target 127.0.0.1:30000"),
+        (["--sweep", "1 x"], '--sweep "1 x"'),
+        (["--sweep", "0 5"], '--sweep "0 5"'),
         (["--threshold", "bogus=1"], "--threshold"),
         (["--baseline", "/nonexistent/base.jsonl"], "base.jsonl"),
         (["--tokenizer", "/nonexistent"], "tokenizer.json"),
@@ -85,6 +89,10 @@ def test_same_seed_same_ids_other_seed_other_ids() -> None:
 def test_cli_bad_input_is_one_line_exit_2(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(argv) == 2
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # the parser's refusal
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err

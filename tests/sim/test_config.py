@@ -297,11 +297,11 @@ def test_an_unknown_profile_lists_the_known_ones_and_points_files_to_config(
     assert cli.main(["--profile", "nosuch"]) == 2
     known = ", ".join(list_profiles())
     assert capsys.readouterr().err == (
-        f"qwen-npu sim: profile 'nosuch': not found; use one of: {known}\n"
+        f"qwen-npu sim: error: profile 'nosuch': not found; use one of: {known}\n"
     )
     assert cli.main(["--profile", "./mine.yaml"]) == 2
     assert capsys.readouterr().err == (
-        f"qwen-npu sim: profile './mine.yaml': not found; use one of: {known}; "
+        f"qwen-npu sim: error: profile './mine.yaml': not found; use one of: {known}; "
         "a YAML file of your own goes to --config\n"
     )
 

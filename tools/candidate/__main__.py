@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from qwen_npu.cli_parser import run_verb
 from tools.candidate.run import main
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # the CLI's edge (qwen_npu.cli_parser.run_verb), as every verb's
+    sys.exit(run_verb("python -m tools.candidate", main, sys.argv[1:]))

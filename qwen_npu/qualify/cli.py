@@ -16,10 +16,12 @@ failed claim).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from qwen_npu.cli_parser import (
     OneLineParser,
@@ -32,7 +34,7 @@ from qwen_npu.cli_parser import (
 )
 from qwen_npu.ports import LOCAL_ENGINE_URL
 from qwen_npu.qualify import prompts, report
-from qwen_npu.qualify.claims import CLAIMS
+from qwen_npu.qualify.claims import CLAIMS, EARLY_TOKENS, KERNEL_BATCHES, accuracy
 from qwen_npu.qualify.client import DEFAULT_TIMEOUT_S, Endpoint
 from qwen_npu.qualify.verdict import Check, Claim, exit_status, skipped_claim
 
@@ -113,9 +115,6 @@ def _claims(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # lazy: the claims' defaults for --help; the claims load their libraries only when they run
-    from qwen_npu.qualify.claims import accuracy, answers, kernels
-
     p = OneLineParser(
         prog=PROG,
         description="Qualify a deployment: start, answers, accuracy, speed and kernels as claims "
@@ -147,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--prompts", type=positive_int, default=None, help="first N built-in prompts")
     c.add_argument("--max-new-tokens", type=positive_int, default=None, help="cap every budget")
     c.add_argument(
-        "--early-tokens", type=positive_int, default=answers.DEFAULT_EARLY_TOKENS,
+        "--early-tokens", type=positive_int, default=EARLY_TOKENS,
         help="a divergence before this many tokens fails (%(default)s)",
     )  # fmt: skip
     c.add_argument("--eval", type=_text_file, default=None, help="GSM8K-format JSONL")
@@ -163,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ready-timeout", type=positive_float, default=60.0, help="speed, seconds")
     c.add_argument("--kernels", action="store_true", help="run the kernels claim")
     c.add_argument(
-        "--kernel-batches", type=_int_list, default=list(kernels.DEFAULT_BATCHES), help="1 32 128"
+        "--kernel-batches", type=_int_list, default=list(KERNEL_BATCHES), help="1 32 128"
     )
     c.add_argument("--kernel-iters", type=positive_int, default=20, help="timed calls (NPU)")
     c.add_argument("--hbm-gbps", type=positive_float, default=None, help="the chip's HBM GB/s")
@@ -185,9 +184,6 @@ def _guarded(name: str, run: Callable[[], Claim]) -> Claim:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    # lazy: after the parser: a refused command line loads nothing
-    from qwen_npu.qualify.claims import accuracy, answers, kernels, speed, start
-
     # Read every input before the first request: a bad file is exit 2, not a failed claim.
     try:
         api_key = args.api_key_file.read_text().strip() if args.api_key_file else ""
@@ -203,7 +199,12 @@ def main(argv: list[str]) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
     selected = set(args.claims)
-    speed_blocked = speed.prepare() if "speed" in selected else None  # locust before any socket
+    speed_blocked = None
+    if "speed" in selected:
+        # lazy: only a run with the speed claim loads the bench (locust before any socket)
+        from qwen_npu.qualify.claims import speed
+
+        speed_blocked = speed.prepare()
     target = Endpoint(args.target, api_key, args.timeout)
     other = Endpoint(args.compare, api_key, args.timeout) if args.compare else None
     sidecar = Endpoint(args.sidecar, timeout_s=10.0) if args.sidecar else None
@@ -212,11 +213,15 @@ def main(argv: list[str]) -> int:
     def not_selected(name: str) -> Claim:
         return skipped_claim(name, f"not selected (--claims {','.join(args.claims)})")
 
+    def claim_module(name: str) -> Any:
+        # lazy: each claim's libraries (the canary's, the bench's, torch) load when it runs
+        return importlib.import_module(f"qwen_npu.qualify.claims.{name}")
+
     runs: dict[str, Callable[[], Claim]] = {
-        "start": lambda: start.run(
+        "start": lambda: claim_module("start").run(
             target, sidecar, args.state_dir, args.engine_log, dict(args.record)
         ),
-        "answers": lambda: answers.run(target, chosen, other, args.early_tokens),
+        "answers": lambda: claim_module("answers").run(target, chosen, other, args.early_tokens),
         "accuracy": lambda: (
             accuracy.run(
                 target, args.eval, args.eval_shots, args.eval_limit, args.min_accuracy, other
@@ -227,10 +232,12 @@ def main(argv: list[str]) -> int:
         "speed": lambda: (
             skipped_claim("speed", speed_blocked)
             if speed_blocked
-            else speed.run(
+            else claim_module("speed").run(
                 args.target,
                 args.concs,
-                speed.upstream_data(args.num_prompts, args.input_len, args.output_len),
+                claim_module("speed").upstream_data(
+                    args.num_prompts, args.input_len, args.output_len
+                ),
                 args.compare,
                 args.repeats,
                 args.baseline,
@@ -238,7 +245,7 @@ def main(argv: list[str]) -> int:
             )
         ),
         "kernels": lambda: (
-            kernels.run(args.kernel_batches, args.kernel_iters, args.hbm_gbps)
+            claim_module("kernels").run(args.kernel_batches, args.kernel_iters, args.hbm_gbps)
             if args.kernels
             else skipped_claim(
                 "kernels",

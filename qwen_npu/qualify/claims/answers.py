@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from qwen_npu.qualify.claims import EARLY_TOKENS
 from qwen_npu.qualify.client import Answer, Endpoint, EndpointError
 from qwen_npu.qualify.prompts import Prompt
 from qwen_npu.qualify.verdict import Check, Claim
 from qwen_npu.sidecar.canary import golden_prefix_chars, score, tokens
 from qwen_npu.sidecar.config import Settings
 
-DEFAULT_EARLY_TOKENS = 16
+DEFAULT_EARLY_TOKENS = EARLY_TOKENS
 #: The canary's own threshold (the sidecar's QWEN_NPU_CANARY_DEGENERATION_MAX default).
 DEGENERATION_MAX = float(Settings.model_fields["canary_degeneration_max"].default)
 #: An answer's second half is scored only when it has at least this many word tokens.

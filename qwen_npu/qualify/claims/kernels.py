@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from qwen_npu.qualify.claims import KERNEL_BATCHES
 from qwen_npu.qualify.verdict import Check, Claim
 
 V_MAJOR_MODULE = "qwen_npu.patches.kernels.gdn_decode_v_major"
@@ -38,7 +39,7 @@ DIM = 128
 #: Per-rank (key heads, value heads): 35B-A3B has 16 / 32 at TP 2, 397B-A17B 16 / 64 at TP 16
 #: (config.json's linear_num_key_heads / linear_num_value_heads; the upstream recipes' TP).
 SHAPES: dict[str, tuple[int, int]] = {"35B-A3B TP2": (8, 16), "397B-A17B TP16": (1, 4)}
-DEFAULT_BATCHES = (1, 32, 128)
+DEFAULT_BATCHES = KERNEL_BATCHES
 TOLERANCE = 2e-2
 AGREEMENT = 1e-3
 

@@ -174,7 +174,7 @@ def run(
     checks: list[Check] = []
     health, _, err = _get(target, "/health")
     checks.append(
-        Check.of("engine answers", health == 200, f"{target.url}/health: {err or health}")
+        Check.of("engine answers", health == 200, err or f"{target.url}/health: HTTP {health}")
     )
     _, server_info, _ = _get(target, "/server_info")
     status: dict[str, Any] | None = None

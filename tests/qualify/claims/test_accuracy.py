@@ -19,7 +19,7 @@ from qwen_npu.cli import main as qwen_npu
 from qwen_npu.qualify.claims import accuracy
 from qwen_npu.qualify.client import Endpoint
 
-from .conftest import Answerer, claim, report
+from ..conftest import Answerer, claim, report
 
 SHOTS, QUESTIONS = 3, 15
 

@@ -17,7 +17,7 @@ from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 from qwen_npu.qualify.claims import start
 from qwen_npu.qualify.client import Endpoint
 
-from .conftest import Answerer
+from ..conftest import Answerer
 
 ROUTE = start.DECODE_PATCH
 LOG = "\n".join(f"qwen-npu-entrypoint level=info event={ev} detail=x" for ev in start.START_EVENTS)

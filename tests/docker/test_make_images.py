@@ -6,10 +6,8 @@ from __future__ import annotations
 import itertools
 import os
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -275,96 +273,3 @@ def test_image_test_fails_in_one_line_when_the_base_cannot_be_made(
         "make image-standin-base: the stand-in base cannot be made: mmdebstrap bookworm from "
         "http://127.0.0.1:9/debian failed (E: apt-get update failed)"
     )
-
-
-# A podman that keeps one image's build-inputs label between calls and records every build.
-PODMAN_RECORDER = """case "$1 $2" in
-  "image inspect")
-    case "$4" in
-      *.Id*) echo "sha256:base-${BASE_ID:-1}" ;;
-      *build-inputs*) cat "$LABEL_FILE" 2>/dev/null || echo "<no value>" ;;
-      *) echo "stand-in" ;;
-    esac ;;
-  "image exists"|"info "*) ;;
-  "build "*)
-    printf '%q ' "$@" >> "$BUILD_LOG"; echo >> "$BUILD_LOG"
-    for arg in "$@"; do
-      case "$arg" in io.qwen-npu.build-inputs=*) echo "${arg#*=}" > "$LABEL_FILE";; esac
-    done ;;
-esac
-exit 0
-"""
-
-
-@pytest.fixture()
-def engine_cpu_tree(repo: Path, tmp_path: Path) -> dict[str, Any]:
-    """A checkout of what `make image-engine-cpu` reads, a recording podman, a ready wheelhouse."""
-    tree = tmp_path / "tree"
-    for part in ("Makefile", "mk", "docker", "requirements"):
-        src = repo / part
-        if src.is_dir():
-            shutil.copytree(src, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            tree.mkdir(exist_ok=True)
-            shutil.copy2(src, tree / part)
-    subprocess.run(["git", "init", "-q", str(tree)], check=True)
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    (wheels / ".complete").touch()  # newer than the requirements it was fetched for
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _stub(bin_dir, "podman", PODMAN_RECORDER)
-    env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "BUILD_LOG": str(tmp_path / "builds.log"),
-        "LABEL_FILE": str(tmp_path / "label"),
-    }
-    args = ("image-engine-cpu", "PODMAN_TOOLS=bash=bash", f"ENGINE_CPU_WHEELHOUSE={wheels}")
-    return {"tree": tree, "env": env, "args": args, "log": Path(env["BUILD_LOG"])}
-
-
-def _builds(log: Path) -> list[list[str]]:
-    return calls({"DOCKER_LOG": str(log)})  # the recorded lines, as the docker stand-in's
-
-
-def _inputs_label(build: list[str]) -> str | None:
-    labels = [b for a, b in itertools.pairwise(build) if a == "--label"]
-    found = [v.split("=", 1)[1] for v in labels if v.startswith("io.qwen-npu.build-inputs=")]
-    return found[0] if found else None
-
-
-def test_the_engine_cpu_image_is_built_again_only_when_an_input_changed(
-    engine_cpu_tree: dict[str, Any],
-) -> None:
-    tree, env, args, log = (engine_cpu_tree[k] for k in ("tree", "env", "args", "log"))
-    done = make(tree, env, *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (first,) = _builds(log)
-    digest = _inputs_label(first)
-    assert digest is not None and len(digest) == 64 and first[-1] == "."
-
-    done = make(tree, env, *args)  # nothing changed: podman is not asked to build
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert len(_builds(log)) == 1
-    assert "is up to date: built from these files, base and build arguments " in done.stdout
-    assert f"(io.qwen-npu.build-inputs {digest[:12]})" in done.stdout
-
-    (tree / "docker" / "cann-env.sh").write_text("# changed\n")  # a COPY source
-    assert make(tree, env, *args).returncode == 0
-    (tree / "new-untracked-file.py").write_text("x = 1\n")
-    assert make(tree, env, *args).returncode == 0
-    assert make(tree, env | {"BASE_ID": "2"}, *args).returncode == 0  # the base was made again
-    assert make(tree, env | {"BASE_ID": "2"}, *args, "TEST_TORCH_VERSION=9.9").returncode == 0
-    labels = [_inputs_label(b) for b in _builds(log)]
-    assert len(labels) == 5 and len(set(labels)) == 5, labels
-
-
-def test_outside_a_git_checkout_the_engine_cpu_image_is_always_built(
-    engine_cpu_tree: dict[str, Any],
-) -> None:
-    tree, env, args, log = (engine_cpu_tree[k] for k in ("tree", "env", "args", "log"))
-    shutil.rmtree(tree / ".git")
-    for _ in range(2):
-        done = make(tree, env | {"GIT_CEILING_DIRECTORIES": str(tree.parent)}, *args)
-        assert done.returncode == 0, done.stdout + done.stderr
-    assert [_inputs_label(b) for b in _builds(log)] == [None, None]

@@ -456,9 +456,10 @@ def test_sidecar_metadata_is_the_dockerfiles_and_the_versions_files(
     final = dockerfile.stage("sidecar")
     (user,) = final.all("USER")
     assert config["User"] == user.args == "10001:10001"
-    assert sorted(config["ExposedPorts"]) == [
-        f"{p}/tcp" for i in final.all("EXPOSE") for p in i.args.split()
-    ]
+    # no port in the image: the package's default or the chart's value (qwen_npu/ports.py)
+    assert not final.all("EXPOSE") and not config.get("ExposedPorts")
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert "QWEN_NPU_SIDECAR_PORT" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
     (entry,) = final.all("ENTRYPOINT")
     assert config["Entrypoint"] == entry.exec_form()
     (check,) = final.all("HEALTHCHECK")
@@ -489,7 +490,7 @@ def test_engine_metadata_is_the_dockerfiles_and_the_versions_files(
     defaults = {k: v or "" for k, v in final.arg_defaults().items()}
     (user,) = final.all("USER")
     assert config["User"] == expand(user.args, defaults) == "1000:1000"
-    assert sorted(config["ExposedPorts"]) == ["30000/tcp"]
+    assert not config.get("ExposedPorts")  # SGLang's --port, rendered by the chart
     assert config["Entrypoint"] == ["/usr/local/bin/qwen-npu-entrypoint"]
     assert config["Cmd"] == ["--help"]
     env = dict(item.split("=", 1) for item in config["Env"])

@@ -164,7 +164,7 @@ def run(
             if out_err > TOLERANCE or state_err > TOLERANCE:
                 failures.append(f"{shape} batch {batch}: error {max(out_err, state_err):.2e}")
             if npu:
-                row.update(_npu_row(kernel, c, hbm_gbps))
+                row.update(_npu_row(kernel, c, hbm_gbps, iters))
             rows.append(row)
     where = "on the NPU" if npu else "under Triton's CPU interpreter"
     checks.append(Check.of("in-place kernel compiles", True, f"{V_MAJOR_MODULE} {where}"))
@@ -188,7 +188,7 @@ def run(
     return Claim("kernels", summary, checks, {"device": device, "rows": rows})
 
 
-def _npu_row(kernel: Any, c: dict[str, Any], hbm_gbps: float | None) -> dict[str, Any]:
+def _npu_row(kernel: Any, c: dict[str, Any], hbm_gbps: float | None, iters: int) -> dict[str, Any]:
     """sgl-kernel-npu's kernel on a K-major copy, both routes timed (NPU only)."""
     row: dict[str, Any] = {}
     try:
@@ -199,7 +199,7 @@ def _npu_row(kernel: Any, c: dict[str, Any], hbm_gbps: float | None) -> dict[str
     pool = c["pool"]
     n, hv = c["q"].shape[1], pool.shape[1]
     state_bytes = 2 * n * hv * DIM * DIM * pool.element_size()
-    t_in = _time(lambda: kernel(initial_state_source=pool, **_args(c)), 20)
+    t_in = _time(lambda: kernel(initial_state_source=pool, **_args(c)), iters)
     row.update(in_place_ms=t_in * 1e3, in_place_gbps=state_bytes / t_in / 1e9)
     if npu_kernel is not None:
         before = pool.clone()
@@ -215,7 +215,7 @@ def _npu_row(kernel: Any, c: dict[str, Any], hbm_gbps: float | None) -> dict[str
             npu_kernel(initial_state_source=k_major, **_args(c))
             pool.copy_(k_major.mT)
 
-        t_copy = _time(copy_route, 20)
+        t_copy = _time(copy_route, iters)
         row.update(copy_ms=t_copy * 1e3, copy_gbps=state_bytes / t_copy / 1e9)
     if hbm_gbps:
         row["in_place_hbm_share"] = row["in_place_gbps"] / hbm_gbps

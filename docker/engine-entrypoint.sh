@@ -18,6 +18,8 @@ if [ "$$" = 1 ] && [ -z "${QWEN_NPU_UNDER_INIT:-}" ] && command -v "${QWEN_NPU_I
     exec "${QWEN_NPU_INIT:-tini}" -- "$0" "$@"
 fi
 
+# The CANN environment, and the log line (qwen_npu_log LEVEL EVENT key=value ...; the shape of
+# qwen_npu/log.py, part `entrypoint`).
 # shellcheck source=docker/cann-env.sh
 . "${QWEN_NPU_CANN_ENV_FILE:-/usr/local/lib/qwen-npu/cann-env.sh}"
 
@@ -65,8 +67,8 @@ qwen_npu_map_devices() {
     if [ -n "$real" ]; then
         # The device plugin's record wins: ASCEND_VISIBLE_DEVICES may carry the scheduler's pick.
         if [ -n "$allocation" ] && [ "$allocation" != "$real" ]; then
-            echo "qwen-npu-entrypoint level=warning event=allocation_disagrees ASCEND_VISIBLE_DEVICES=$allocation" \
-                "AscendReal=$real next=\"using huawei.com/AscendReal (the chips the device plugin allocated)\"" >&2
+            qwen_npu_log warning allocation_disagrees "ASCEND_VISIBLE_DEVICES=$allocation" "AscendReal=$real" \
+                "next=using huawei.com/AscendReal (the chips the device plugin allocated)"
         fi
         allocation="$real"
     fi
@@ -87,13 +89,14 @@ qwen_npu_map_devices() {
                 continue 2
             fi
         done
-        echo "qwen-npu-entrypoint level=error event=allocated_npu_not_visible allocated=$allocation" \
-            "missing=$id seen=$(IFS=,; echo "${seen[*]}") next=\"give the container the allocated devices (device plugin) or set ASCEND_RT_VISIBLE_DEVICES\"" >&2
+        qwen_npu_log error allocated_npu_not_visible "allocated=$allocation" "missing=$id" \
+            "seen=$(IFS=,; echo "${seen[*]}")" \
+            "next=give the container the allocated devices (device plugin) or set ASCEND_RT_VISIBLE_DEVICES"
         exit 3
     done
     export ASCEND_RT_VISIBLE_DEVICES="$logical"
-    echo "qwen-npu-entrypoint level=info event=visible_devices_mapped allocated=$allocation" \
-        "seen=${#seen[@]} ASCEND_RT_VISIBLE_DEVICES=$ASCEND_RT_VISIBLE_DEVICES" >&2
+    qwen_npu_log info visible_devices_mapped "allocated=$allocation" "seen=${#seen[@]}" \
+        "ASCEND_RT_VISIBLE_DEVICES=$ASCEND_RT_VISIBLE_DEVICES"
 }
 qwen_npu_map_devices
 
@@ -135,28 +138,28 @@ qwen_npu_check_driver() {
     local label="${QWEN_NPU_HDK_NODE_LABEL:-qwen-npu.io/ascend-hdk}" have need_major need_minor
     if [ -z "$min" ]; then return 0; fi  # outside the image: nothing to compare with
     if ! [[ "$min" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
-        echo "qwen-npu-entrypoint level=error event=bad_min_hdk_version QWEN_NPU_MIN_HDK_VERSION=$min" \
-            "next=\"set it to MAJOR.MINOR (docker/versions.env CANN_MIN_HDK_VERSION) or unset it\"" >&2
+        qwen_npu_log error bad_min_hdk_version "QWEN_NPU_MIN_HDK_VERSION=$min" \
+            "next=set it to MAJOR.MINOR (docker/versions.env CANN_MIN_HDK_VERSION) or unset it"
         exit 2
     fi
     need_major="${BASH_REMATCH[1]}" need_minor="${BASH_REMATCH[2]}"
     if [ ! -r "$file" ]; then
-        echo "qwen-npu-entrypoint level=warning event=driver_version_unknown file=$file needed=$min+" \
-            "next=\"mount the node's driver version.info there (the chart does, at npu.driverVersionFile; no Ascend runtime does) so the driver can be checked\"" >&2
+        qwen_npu_log warning driver_version_unknown "file=$file" "needed=$min+" \
+            "next=mount the node's driver version.info there (the chart does, at npu.driverVersionFile; no Ascend runtime does) so the driver can be checked"
         return 0
     fi
     have="$(qwen_npu_driver_version "$file")"
     if ! [[ "$have" =~ ^([0-9]+)\.([0-9]+) ]]; then
-        echo "qwen-npu-entrypoint level=warning event=driver_version_unknown file=$file version=${have:-none} needed=$min+" \
-            "next=\"the file states no MAJOR.MINOR version (package_version= or Version=): check the node's driver install\"" >&2
+        qwen_npu_log warning driver_version_unknown "file=$file" "version=${have:-none}" "needed=$min+" \
+            "next=the file states no MAJOR.MINOR version (package_version= or Version=): check the node's driver install"
         return 0
     fi
     if ((10#${BASH_REMATCH[1]} < 10#$need_major || (10#${BASH_REMATCH[1]} == 10#$need_major && 10#${BASH_REMATCH[2]} < 10#$need_minor))); then
-        echo "qwen-npu-entrypoint level=error event=driver_unsupported installed=$have needed=$min+ file=$file" \
-            "next=\"upgrade the node's Ascend driver (HDK) to $min or later, or schedule on nodes whose label $label says so (scheduling.driverVersion in the chart; docs/images.md)\"" >&2
+        qwen_npu_log error driver_unsupported "installed=$have" "needed=$min+" "file=$file" \
+            "next=upgrade the node's Ascend driver (HDK) to $min or later, or schedule on nodes whose label $label says so (scheduling.driverVersion in the chart; docs/images.md)"
         exit 5
     fi
-    echo "qwen-npu-entrypoint level=info event=driver_ok installed=$have needed=$min+" >&2
+    qwen_npu_log info driver_ok "installed=$have" "needed=$min+"
 }
 
 # Device access (docs/images.md "Device access"). The engine runs as a non-root uid with every
@@ -178,8 +181,8 @@ qwen_npu_check_devices() {
     local -a shared=()
     for node in "${QWEN_NPU_SHARED_DEVICES[@]}"; do
         if [ ! -e "$dev/$node" ]; then
-            echo "qwen-npu-entrypoint level=error event=npu_device_missing node=$dev/$node seen=${#nodes[@]}" \
-                "next=\"the container runtime must hand over $node with the davinciN nodes (Ascend Docker Runtime / device plugin)\"" >&2
+            qwen_npu_log error npu_device_missing "node=$dev/$node" "seen=${#nodes[@]}" \
+                "next=the container runtime must hand over $node with the davinciN nodes (Ascend Docker Runtime / device plugin)"
             exit 6
         fi
         shared+=("$dev/$node")
@@ -188,11 +191,12 @@ qwen_npu_check_devices() {
     for node in "${nodes[@]}"; do
         if (: <>"$node") 2>/dev/null; then continue; fi
         gid="$(stat -c %g "$node")" mode="$(stat -c %a "$node")"
-        echo "qwen-npu-entrypoint level=error event=npu_device_denied node=$node owner_gid=$gid mode=$mode" \
-            "uid=$(id -u) groups=$(id -G | tr ' ' ,) next=\"set npu.deviceGroupId=$gid (the pod's supplementalGroups; docs/chart.md), or run the engine with that gid\"" >&2
+        qwen_npu_log error npu_device_denied "node=$node" "owner_gid=$gid" "mode=$mode" "uid=$(id -u)" \
+            "groups=$(id -G | tr ' ' ,)" \
+            "next=set npu.deviceGroupId=$gid (the pod's supplementalGroups; docs/chart.md), or run the engine with that gid"
         exit 6
     done
-    echo "qwen-npu-entrypoint level=info event=npu_devices_open nodes=${#nodes[@]} owner_gid=$(stat -c %g "$dev/davinci_manager")" >&2
+    qwen_npu_log info npu_devices_open "nodes=${#nodes[@]}" "owner_gid=$(stat -c %g "$dev/davinci_manager")"
 }
 
 # The full patch check before the model load (the image build could only read the sources): every
@@ -211,7 +215,7 @@ qwen_npu_verify_patches() {
         return 0
     fi
     if [ -z "$line" ]; then
-        line="qwen_npu.patches level=error event=verify_failed detail=\"$(tail -n1 "$out" | tr '"' "'")\""
+        line="$(qwen_npu_line patches error verify_failed "detail=$(tail -n1 "$out")")"
     fi
     echo "$line log=$out" >&2
     exit 4
@@ -227,7 +231,7 @@ qwen_npu_check_ops() {
     local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line node
     for node in "${QWEN_NPU_DEV_DIR:-/dev}"/davinci[0-9]*; do
         if [ -e "$node" ]; then break; fi
-        echo "qwen-npu-entrypoint level=info event=npu_ops_check_skipped reason=\"no NPU device nodes in ${QWEN_NPU_DEV_DIR:-/dev}: not an NPU container\"" >&2
+        qwen_npu_log info npu_ops_check_skipped "reason=no NPU device nodes in ${QWEN_NPU_DEV_DIR:-/dev}: not an NPU container"
         return 0
     done
     mkdir -p "$dir" 2>/dev/null || true
@@ -238,7 +242,7 @@ qwen_npu_check_ops() {
         return 0
     fi
     if [ -z "$line" ]; then
-        line="qwen_npu.hardware level=error event=npu_ops_check_failed detail=\"$(tail -n1 "$out" | tr '"' "'")\""
+        line="$(qwen_npu_line hardware error npu_ops_check_failed "detail=$(tail -n1 "$out")")"
     fi
     echo "$line log=$out" >&2
     exit 7
@@ -254,17 +258,17 @@ if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
             *) expected=$((10#$QWEN_NPU_EXPECTED_NPUS)) ;;
         esac
         if [ "$expected" -lt 1 ]; then
-            echo "qwen-npu-entrypoint level=error event=bad_expected_npus QWEN_NPU_EXPECTED_NPUS=$QWEN_NPU_EXPECTED_NPUS" \
-                "next=\"set it to a positive integer (tpSize / nodes) or unset it\"" >&2
+            qwen_npu_log error bad_expected_npus "QWEN_NPU_EXPECTED_NPUS=$QWEN_NPU_EXPECTED_NPUS" \
+                "next=set it to a positive integer (tpSize / nodes) or unset it"
             exit 2
         fi
         read -r visible counted_from <<<"$(qwen_npu_visible_npus)"
         if [ "$visible" -ne "$expected" ]; then
-            echo "qwen-npu-entrypoint level=error event=npu_count_mismatch visible=$visible expected=$expected" \
-                "from=$counted_from next=\"give the pod $expected NPUs (tpSize / nodes) or fix the device plugin's visible devices\"" >&2
+            qwen_npu_log error npu_count_mismatch "visible=$visible" "expected=$expected" "from=$counted_from" \
+                "next=give the pod $expected NPUs (tpSize / nodes) or fix the device plugin's visible devices"
             exit 3
         fi
-        echo "qwen-npu-entrypoint level=info event=npu_count_ok visible=$visible expected=$expected from=$counted_from" >&2
+        qwen_npu_log info npu_count_ok "visible=$visible" "expected=$expected" "from=$counted_from"
     fi
     case "${1:-}" in
         -h | --help) ;;
@@ -278,5 +282,5 @@ if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
     set -- "${QWEN_NPU_PYTHON:-python3}" -m sglang.launch_server "$@"
 fi
 # Program and argument count only: flags may carry secrets (--api-key); SGLang logs its own args.
-echo "qwen-npu-entrypoint level=info event=exec program=$1 args=$(($# - 1))" >&2
+qwen_npu_log info exec "program=$1" "args=$(($# - 1))"
 exec "$@"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu import processes
+from qwen_npu import log, processes
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python3: records what it was started with, then behaves as FAKE_MODE says. The
@@ -25,9 +25,9 @@ if [ "$1 $2" = "-m qwen_npu.cli" ]; then
   shift 2; echo "$*" >> "$out.verify"
   echo "SGLang import noise" >&2
   if [ "${FAKE_VERIFY_EXIT:-0}" = 0 ]; then
-    echo 'qwen_npu.patches level=info event=verify_passed patches=4 states="a=applied"'
+    echo 'qwen_npu.patches level=INFO event=verify_passed patches=4 states="a=applied"'
   else
-    echo 'qwen_npu.patches level=error event=verify_failed failed="a=drifted" next="fix it"'
+    echo 'qwen_npu.patches level=ERROR event=verify_failed failed="a=drifted" next="fix it"'
   fi
   exit "${FAKE_VERIFY_EXIT:-0}"
 fi
@@ -143,9 +143,9 @@ def test_exit_status_is_the_engines(repo: Path, sandbox: dict[str, object]) -> N
 def test_missing_set_env_script_is_one_warning_line(repo: Path, sandbox: dict[str, object]) -> None:
     done = run(repo, sandbox, "--x", QWEN_NPU_CANN_ENV_SCRIPTS="/nonexistent/set_env.sh")
     assert done.returncode == 0
-    warnings = [line for line in done.stderr.splitlines() if "level=warn" in line]
+    warnings = [line for line in done.stderr.splitlines() if "level=WARN" in line]
     assert warnings == [
-        "qwen-npu-entrypoint level=warning event=cann_env_missing script=/nonexistent/set_env.sh "
+        "qwen_npu.entrypoint level=WARNING event=cann_env_missing script=/nonexistent/set_env.sh "
         'next="check QWEN_NPU_CANN_ENV_SCRIPTS and the CANN base image (docs/images.md)"'
     ]
 
@@ -184,7 +184,7 @@ def test_as_in_the_image_bash_env_loads_once_and_warns_once(
     assert (
         seen["cann"] == "toolkit" and seen["nnal_args"] == "--cxx_abi=1" and seen["loaded"] == "1"
     )
-    warnings = [line for line in done.stderr.splitlines() if "level=warn" in line]
+    warnings = [line for line in done.stderr.splitlines() if "level=WARN" in line]
     assert len(warnings) == 1 and "script=/nonexistent/set_env.sh" in warnings[0]
 
 
@@ -247,7 +247,7 @@ def fake_devices(sandbox: dict[str, object], *names: str) -> str:
 
 
 def lines(done: subprocess.CompletedProcess[str], level: str) -> list[str]:
-    return [line for line in done.stderr.splitlines() if f"level={level}" in line]
+    return [line for line in done.stderr.splitlines() if f"level={level.upper()}" in line]
 
 
 def davinci(*ids: int) -> list[str]:
@@ -403,8 +403,8 @@ def test_npu_count_from_the_davinci_device_entries(repo: Path, sandbox: dict[str
 
     bad = run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="8", QWEN_NPU_DEV_DIR=dev)
     assert bad.returncode == 3
-    assert [line for line in bad.stderr.splitlines() if "level=error" in line] == [
-        "qwen-npu-entrypoint level=error event=npu_count_mismatch visible=4 expected=8 "
+    assert lines(bad, "error") == [
+        "qwen_npu.entrypoint level=ERROR event=npu_count_mismatch visible=4 expected=8 "
         f'from={dev}/davinci[0-9]* next="give the pod 8 NPUs (tpSize / nodes) or fix the '
         "device plugin's visible devices\""
     ]
@@ -678,7 +678,7 @@ def test_a_device_the_engine_cannot_open_is_named_with_its_group(
     dev = device_nodes(shared_tmp, 1234, 0o660, 0, 1)
     denied = run_as(repo, shared_tmp, 1000, [], QWEN_NPU_DEV_DIR=str(dev))
     assert denied.returncode == 6, denied.stderr
-    (error,) = [x for x in denied.stderr.splitlines() if "level=error" in x]
+    (error,) = lines(denied, "error")
     assert f"event=npu_device_denied node={dev}/davinci_manager owner_gid=1234 mode=660 " in error
     assert "uid=1000 " in error and "npu.deviceGroupId=1234" in error
     assert not (shared_tmp / "out" / "record.json").exists(), "SGLang started without devices"
@@ -745,3 +745,32 @@ def test_without_npu_device_nodes_the_op_lookup_is_skipped_in_one_line(
     assert done.returncode == 0, done.stderr
     assert "event=npu_ops_check_skipped" in done.stderr
     assert not Path(f"{sandbox['record']}.ops").exists()
+
+
+def test_every_line_of_a_start_and_its_refusals_has_the_one_shape(
+    repo: Path, sandbox: dict[str, object]
+) -> None:
+    """The entrypoint's lines and the ones it passes on (the patch check's, the ops check's) are
+    qwen_npu/log.py's shape, level upper case: one grep reads a start whatever part spoke."""
+    dev = fake_devices(sandbox, *davinci(0, 1))
+    driver = version_info(sandbox, "25.2.0")
+    runs = [
+        run(repo, sandbox, "--model-path", "/m", QWEN_NPU_EXPECTED_NPUS="2", QWEN_NPU_DEV_DIR=dev,
+            QWEN_NPU_MIN_HDK_VERSION="25.2", QWEN_NPU_DRIVER_VERSION_FILE=driver,
+            ASCEND_VISIBLE_DEVICES="0,1"),
+        run(repo, sandbox, "--x", QWEN_NPU_CANN_ENV_SCRIPTS="/nonexistent/set_env.sh"),
+        run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="8", QWEN_NPU_DEV_DIR=dev),
+        run(repo, sandbox, "--x", QWEN_NPU_EXPECTED_NPUS="x"),
+        run(repo, sandbox, "--model-path", "/m", FAKE_VERIFY_EXIT="1",
+            QWEN_NPU_STATE_DIR=str(Path(str(sandbox["tmp"])) / "state")),
+    ]  # fmt: skip
+    said = [line for done in runs for line in done.stderr.splitlines()]
+    assert [line for line in said if not log.LINE.fullmatch(line)] == []
+    events = {line.split()[2] for line in said}
+    assert {"event=npu_count_ok", "event=driver_ok", "event=npu_devices_open"} <= events
+    assert {"event=verify_passed", "event=verify_failed", "event=exec"} <= events
+    assert {
+        "event=cann_env_missing",
+        "event=npu_count_mismatch",
+        "event=bad_expected_npus",
+    } <= events

@@ -25,7 +25,7 @@ CHIPS=(910b a3)
 die() {  # CODE EVENT FIELDS...: one line on stderr, then exit
     local code="$1"
     shift
-    echo "qwen-npu-build level=error event=$*" >&2
+    echo "qwen_npu.build level=ERROR event=$*" >&2
     exit "$code"
 }
 
@@ -100,7 +100,7 @@ fetch() {  # KIND DIR
         rm -f "$dir/$file"
         die 4 "asset_digest_mismatch asset=$file key=$digest_key expected=$want got=$got next=\"a different file than the pinned one: check the version pins and the mirror; update $digest_key only for a release you checked\""
     fi
-    echo "qwen-npu-build level=info event=asset_verified asset=$file sha256=$got" >&2
+    echo "qwen_npu.build level=INFO event=asset_verified asset=$file sha256=$got" >&2
     echo "$dir/$file"
 }
 

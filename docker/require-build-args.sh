@@ -16,7 +16,7 @@ for name in "$@"; do
     if [ -z "${!name:-}" ]; then missing+=("$name"); fi
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-    echo "qwen-npu-build level=error event=build_arg_empty dockerfile=$file args=$(IFS=,; echo "${missing[*]}")" \
+    echo "qwen_npu.build level=ERROR event=build_arg_empty dockerfile=$file args=$(IFS=,; echo "${missing[*]}")" \
         "next=\"pass --build-arg NAME=<value> for each, from docker/versions.env (make image passes every key of it)\"" >&2
     exit 2
 fi

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from qwen_npu.log import LINE
+
 from .dockerfile_parse import _VAR as _VAR_RE
 from .dockerfile_parse import Dockerfile, Stage, expand, key_values, parse
 
@@ -100,6 +102,7 @@ def test_the_build_arg_check_names_the_empty_argument_and_the_versions_file(repo
     assert bad.returncode == 2
     (line,) = bad.stderr.splitlines()
     assert "event=build_arg_empty dockerfile=x.Dockerfile:stage args=B,C " in line
+    assert LINE.fullmatch(line)  # the one log shape (qwen_npu/log.py), at build time too
     assert "docker/versions.env" in line
 
 
@@ -248,6 +251,7 @@ def test_a_download_is_installed_only_with_its_pinned_digest(
     empty = _assets(repo, env | {key: ""}, "fetch", "kernel", str(tmp_path / "none"))
     assert empty.returncode == 2
     (line,) = empty.stderr.splitlines()
+    assert all(LINE.fullmatch(x) for x in (line, *ok.stderr.splitlines()))
     assert f"event=asset_digest_missing asset={name} key={key} " in line
     assert "docker/versions.env" in line and "make image-digests" in line
 

@@ -23,6 +23,7 @@ from qwen_npu.fetch import run as run_module
 from qwen_npu.fetch import transfer
 from qwen_npu.fetch.cli import main
 from qwen_npu.fetch.layout import Revision, Store
+from qwen_npu.log import LINE
 from tests.fetch.conftest import BIG, FAST, RunFetch, error_line, repo_files
 
 SCHEMES = ["hf", "modelscope"]
@@ -61,6 +62,7 @@ def test_should_fetch_verify_and_record_revision_then_download_nothing_on_second
     assert (Path(str(dest.resolve())) / ".qwen-npu" / "complete").is_file()
     assert "event=progress" in err or "event=downloaded" in err
     assert "rate_mb_s=" in err and "total_bytes=" in err
+    assert [line for line in err.splitlines() if not LINE.fullmatch(line)] == []  # one shape
     reads = dict(hub.reads)
     code, out, err = run_fetch(f"{scheme}://org/model", str(dest))
     assert code == 0, err

@@ -47,10 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--chart",
         type=Path,
+        metavar="DIR",
         default=DEFAULT_CHART,
         help=f"the chart (values.yaml: the thresholds; --render-rules renders it); {DEFAULT_CHART}",
     )
-    p.add_argument("--values", type=Path, help="values file for --render-rules")
+    p.add_argument("--values", type=Path, metavar="FILE", help="values file for --render-rules")
     p.add_argument("--namespace", default="default", help="release namespace for --render-rules")
     return p
 

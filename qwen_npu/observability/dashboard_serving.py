@@ -7,7 +7,7 @@ watches draw the alert's threshold and link to its runbook section.
 
 from __future__ import annotations
 
-from qwen_npu.observability.alerts_output import SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE
+from qwen_npu.observability.alerts import SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE
 from qwen_npu.observability.config import DEFAULT, Config
 from qwen_npu.observability.panels import (
     Board,

@@ -314,7 +314,7 @@ def test_every_recording_follows_the_conventions() -> None:
 
 def test_speculative_acceptance_is_defined_once() -> None:
     """Only the recording rule divides by verify calls; the panels and the alert read it."""
-    from qwen_npu.observability.alerts_output import SPEC_ACCEPT_LENGTH
+    from qwen_npu.observability.alerts import SPEC_ACCEPT_LENGTH
 
     document = generate.rules_document()
     readers = [(f"alert {a}", e) for a, e in generate.alert_exprs(document)]

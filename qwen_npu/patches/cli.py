@@ -29,7 +29,8 @@ import textwrap
 import warnings
 from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.checkpoint import model_config
+from qwen_npu.cli_parser import OneLineParser, fail
 from qwen_npu.log import PartLog, line
 from qwen_npu.patches import buildcheck, core, gdn_contract, hook, modes, state
 from qwen_npu.patches.registry import (
@@ -181,19 +182,65 @@ def _startup_line(
     )
 
 
+def _bad_input(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags (before SGLang is imported, which takes seconds), or None."""
+    if not args.build:
+        given = [flag for flag, on in (("--site", args.site), ("--npu", args.npu)) if on]
+        if given:
+            return f"{' and '.join(given)} only with --build (the image build's check)"
+    elif args.site is not None and not os.path.isdir(args.site):
+        return f"--site {args.site}: no such folder; pass the site-packages folder SGLang is in"
+    dtype = args.mamba_ssm_dtype
+    if args.engine_args is not None:
+        dtype = modes.flag_value(args.engine_args, "--mamba-ssm-dtype") or dtype
+    if dtype is not None and dtype not in model_config.SSM_DTYPES:
+        return (
+            f"--mamba-ssm-dtype {dtype}: not a state dtype SGLang takes; use one of "
+            f"{', '.join(model_config.SSM_DTYPES)}"
+        )
+    if args.model_path is not None:
+        try:
+            model_config.read_model_config(args.model_path)
+        except (model_config.ModelConfigError, OSError) as exc:
+            return f"--model-path {args.model_path}: {exc}"
+    return None
+
+
+def _contract_argv(args: argparse.Namespace) -> list[str] | None:
+    """The command line the GDN contract reads: the engine's, else this verb's own model and dtype
+    flags (None: neither given, so the contract reads this process's ``sys.argv``)."""
+    if args.engine_args is not None:
+        return list(args.engine_args)
+    own = [("--model-path", args.model_path), ("--mamba-ssm-dtype", args.mamba_ssm_dtype)]
+    argv = [part for flag, value in own if value is not None for part in (flag, value)]
+    return argv or None
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    problem = _bad_input(args)
+    if problem is not None:
+        return fail("qwen-npu patches verify", problem)
     if args.build:
         return _cmd_verify_build(args)
     logger = PartLog("patches").logger()
     level = logger.level
-    if args.startup:
-        logger.setLevel("CRITICAL")  # one line, below
+    if args.startup or not args.log:
+        # the table (or the one start-up line) says each fact once; the state file keeps them
+        logger.setLevel("CRITICAL")
     elif "QWEN_NPU_PATCH_LOG_LEVEL" not in os.environ:
         logger.setLevel("WARNING")  # the table says what the INFO lines would
     mode = modes.current()
     if args.engine_args is not None:
         mode = modes.from_argv(args.engine_args, os.environ)
-    sources = gdn_contract.Sources(argv=args.engine_args) if args.engine_args else None
+    argv = _contract_argv(args)
+    sources = gdn_contract.Sources(argv=argv) if argv else None
+    if not (args.startup or args.json):
+        print(
+            "qwen-npu patches verify: importing SGLang's patched modules and applying the patches "
+            "(10-20 s)...",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         # the mode also goes into the state file's used_by_mode, written while applying
         with modes.overridden(mode):
@@ -254,21 +301,22 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         missing = _missing_stack(rows, contract)
         if missing:
             print(missing, file=sys.stderr)
-        for r in bad:
-            print(f"{r['name']}: {r['state']}: next: {core.NEXT_STEP[r['state']]}", file=sys.stderr)
-        for r in idle:
-            print(
-                f"{r['name']}: applied without effect: next: {core.NEXT_WITHOUT_EFFECT}",
-                file=sys.stderr,
-            )
         _print_contract(contract)
-    for name in unused_names:
+        # the table above holds each state: below, each next step once, with the names it is for
+        steps: dict[str, list[str]] = {}
+        for r in bad:
+            steps.setdefault(core.NEXT_STEP[r["state"]], []).append(r["name"])
+        for r in idle:
+            steps.setdefault(core.NEXT_WITHOUT_EFFECT, []).append(r["name"])
+        for step, names in steps.items():
+            print(f"next ({', '.join(names)}): {step}", file=sys.stderr)
+    if unused_names:
         print(
-            f"{name}: not used by this mode ({mode.describe() if mode else ''}): next: "
-            f"{NEXT_UNUSED}",
+            f"not used by this mode ({mode.describe() if mode else ''}): "
+            f"{', '.join(unused_names)}: next: {NEXT_UNUSED}",
             file=sys.stderr,
         )
-    _explain_contract(contract, broken, accepted)
+    _explain_contract(contract, broken, accepted, command_given=argv is not None)
     return 1 if (args.strict and (bad or idle or unknown or broken)) else 0
 
 
@@ -303,19 +351,25 @@ def _print_contract(contract: dict[str, gdn_contract.Verdict]) -> None:
 
 
 def _explain_contract(
-    contract: dict[str, gdn_contract.Verdict], broken: list[str], accepted: list[str]
+    contract: dict[str, gdn_contract.Verdict],
+    broken: list[str],
+    accepted: list[str],
+    *,
+    command_given: bool = False,
 ) -> None:
-    """On stderr (with --json too): the links that fail --strict, and the unknown ones the ledger
-    accepts, with why."""
+    """On stderr (with --json too): the links that fail --strict, each next step once, and the
+    unknown ones the ledger accepts, with why. The ledger's why speaks of an image build (no model,
+    no command line); when a command line was given, the link's own evidence says what it lacked."""
+    steps: dict[str, list[str]] = {}
     for name in broken:
-        v = contract[name]
-        print(
-            f"gdn_contract {name}: {v.verdict}: next: {gdn_contract.NEXT[v.verdict]}",
-            file=sys.stderr,
-        )
+        steps.setdefault(gdn_contract.NEXT[contract[name].verdict], []).append(name)
+    for step, names in steps.items():
+        print(f"gdn_contract next ({', '.join(names)}): {step}", file=sys.stderr)
     if accepted:
         why = "; ".join(
-            f"{link.name}: {link.unknown_why}" for link in GDN_CONTRACT if link.name in accepted
+            f"{link.name}: " + (contract[link.name].evidence if command_given else link.unknown_why)
+            for link in GDN_CONTRACT
+            if link.name in accepted
         )
         print(f"gdn_contract: unknown, accepted by the ledger: {why}", file=sys.stderr)
 
@@ -363,7 +417,16 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--json", action="store_true")
     # Read by the GDN contract's ssm_dtype link (from the command line, as in the engine).
     ver.add_argument("--model-path", metavar="DIR", help="the checkpoint whose config.json to read")
-    ver.add_argument("--mamba-ssm-dtype", metavar="DTYPE", help="the engine's --mamba-ssm-dtype")
+    ver.add_argument(
+        "--mamba-ssm-dtype",
+        choices=model_config.SSM_DTYPES,
+        help="the engine's --mamba-ssm-dtype",
+    )
+    ver.add_argument(
+        "--log",
+        action="store_true",
+        help="also print the patches' log lines (the table says each state once without them)",
+    )
     ver.add_argument(
         "--build",
         action="store_true",

@@ -78,7 +78,7 @@ def test_a_contract_fail_fails_strict_and_says_which(
     code, out, err = run(capsys, "verify", "--strict")
     assert code == 1
     assert "gdn_contract ssm_dtype      fail     float32 from config, chip 910b" in out
-    assert "gdn_contract ssm_dtype: fail: next:" in err
+    assert "gdn_contract next (ssm_dtype): " in err
     assert "unknown, accepted by the ledger: decode_kernel:" in err
     assert run(capsys, "verify")[0] == 0
     code, out, _ = run(capsys, "verify", "--strict", "--json")

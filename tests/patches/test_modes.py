@@ -121,7 +121,7 @@ def test_mtp_on_with_a_changed_decode_kernel_warns_and_starts_mtp_off_refuses(
 def test_json_says_per_patch_whether_the_mode_uses_it(
     drifted_decode: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli.main(["verify", "--strict", "--json", "--engine-args", *MTP_ON])
+    code = cli.main(["verify", "--strict", "--json", "--log", "--engine-args", *MTP_ON])
     out, err = capsys.readouterr()
     report = json.loads(out)
     # The patch's own log line while applying: a warning that names the mode, not an error.

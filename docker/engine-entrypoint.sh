@@ -199,26 +199,35 @@ qwen_npu_check_devices() {
     qwen_npu_log info npu_devices_open "nodes=${#nodes[@]}" "owner_gid=$(stat -c %g "$dev/davinci_manager")"
 }
 
-# The full patch check before the model load (the image build could only read the sources): every
-# patch the engine's mode uses applied or fixed upstream, else one line and the pod stops. It is
-# handed the engine's flags: strictness follows their mode (MTP on/off, state dtype, draft
-# quantization; a problem with a patch the mode does not run is a warning in the same line). Its
-# output is kept in the state directory; the patches' states land in state.json, which the sidecar
-# exports.
-qwen_npu_verify_patches() {
-    local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line
+# A check run in Python before the model load: qwen_npu_python_check CODE LOG PART EVENT ARGS...
+# runs `python -m ARGS`, keeping its stderr in $QWEN_NPU_STATE_DIR/LOG (or /tmp); it passes on its
+# one line, and when it fails, that line (or one naming the log's last line) and exit CODE.
+qwen_npu_python_check() {
+    local code="$1" log="$2" part="$3" event="$4" dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line
+    shift 4
     mkdir -p "$dir" 2>/dev/null || true
     if [ ! -w "$dir" ]; then dir=/tmp; fi
-    out="$dir/patches-verify.log"
-    if line="$("${QWEN_NPU_PYTHON:-python3}" -m qwen_npu.cli patches verify --strict --startup --engine-args "$@" 2>"$out")"; then
+    out="$dir/$log"
+    if line="$("${QWEN_NPU_PYTHON:-python3}" -m "$@" 2>"$out")"; then
         echo "$line" >&2
         return 0
     fi
     if [ -z "$line" ]; then
-        line="$(qwen_npu_line patches error verify_failed "detail=$(tail -n1 "$out")")"
+        line="$(qwen_npu_line "$part" error "$event" "detail=$(tail -n1 "$out")")"
     fi
     echo "$line log=$out" >&2
-    exit 4
+    exit "$code"
+}
+
+# The full patch check before the model load (the image build could only read the sources): every
+# patch the engine's mode uses applied or fixed upstream, else one line and the pod stops (exit 4).
+# It is handed the engine's flags: strictness follows their mode (MTP on/off, state dtype, draft
+# quantization; a problem with a patch the mode does not run is a warning in the same line). Its
+# output is kept in the state directory; the patches' states land in state.json, which the sidecar
+# exports.
+qwen_npu_verify_patches() {
+    qwen_npu_python_check 4 patches-verify.log patches verify_failed \
+        qwen_npu.cli patches verify --strict --startup --engine-args "$@"
 }
 
 # The AscendC ops SGLang's GDN path calls (torch.ops.npu.chunk_gated_delta_rule, ...): registered
@@ -228,24 +237,14 @@ qwen_npu_verify_patches() {
 # load its library. Details are kept beside the patch check's log. A container without NPU device
 # nodes (the CPU stand-in image, SGLang on its CPU path) has no NPU ops to load: one line says so.
 qwen_npu_check_ops() {
-    local dir="${QWEN_NPU_STATE_DIR:-/tmp}" out line node
+    local node
     for node in "${QWEN_NPU_DEV_DIR:-/dev}"/davinci[0-9]*; do
         if [ -e "$node" ]; then break; fi
         qwen_npu_log info npu_ops_check_skipped "reason=no NPU device nodes in ${QWEN_NPU_DEV_DIR:-/dev}: not an NPU container"
         return 0
     done
-    mkdir -p "$dir" 2>/dev/null || true
-    if [ ! -w "$dir" ]; then dir=/tmp; fi
-    out="$dir/npu-ops.log"
-    if line="$("${QWEN_NPU_PYTHON:-python3}" -m qwen_npu.hardware.kernel_contents --registered 2>"$out")"; then
-        echo "$line" >&2
-        return 0
-    fi
-    if [ -z "$line" ]; then
-        line="$(qwen_npu_line hardware error npu_ops_check_failed "detail=$(tail -n1 "$out")")"
-    fi
-    echo "$line log=$out" >&2
-    exit 7
+    qwen_npu_python_check 7 npu-ops.log hardware npu_ops_check_failed \
+        qwen_npu.hardware.kernel_contents --registered
 }
 
 if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then

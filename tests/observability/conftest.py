@@ -60,17 +60,18 @@ def rules_file(tmp_path_factory: pytest.TempPathFactory, rendered_default: dict[
     return path
 
 
+def _prometheus_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run `make tools-prometheus` (Debian's prometheus)")
+    return path
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool is not installed: run `make tools-prometheus` (Debian's prometheus)")
-    return path
+    return _prometheus_tool("promtool")
 
 
 @pytest.fixture(scope="session")
 def prometheus_bin() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.fail("prometheus is not installed: run `make tools-prometheus`")
-    return path
+    return _prometheus_tool("prometheus")

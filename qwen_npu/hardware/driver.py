@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from qwen_npu.constants import UNKNOWN as UNKNOWN  # one of this module's verdicts too
+
 ENV_MIN = "QWEN_NPU_MIN_HDK_VERSION"
 ENV_FILE = "QWEN_NPU_DRIVER_VERSION_FILE"
 ENV_LABEL = "QWEN_NPU_HDK_NODE_LABEL"
@@ -40,7 +42,7 @@ _MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
 
 OK = "ok"
 UNSUPPORTED = "unsupported"
-UNKNOWN = "unknown"  # the file is missing or states no version: the check cannot say
+# UNKNOWN (qwen_npu.constants): the file is missing or states no version: the check cannot say
 NOT_CHECKED = "not-checked"  # no minimum (outside the engine image)
 
 

@@ -23,12 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qwen_npu.loadtest.dataset import DatasetRow
-from qwen_npu.loadtest.wire import StreamBroken, WireSession
+from qwen_npu.loadtest.wire import REQUEST_TIMEOUT_S, StreamBroken, WireSession
 
 if TYPE_CHECKING:  # requests is imported late: locust's gevent patching must come first
     import requests
-
-REQUEST_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ verdicts, are not declared here: they come from the patch ledger (``qwen_npu.pat
 
 from __future__ import annotations
 
+from qwen_npu.constants import UNKNOWN
 from qwen_npu.metrics.spec import MetricSpec
 from qwen_npu.patches import registry
 
@@ -18,7 +19,7 @@ PREFIX = "qwen_npu_"
 #: Patch names (the ledger's, in its order); every one gets a ``qwen_npu_patch_state`` series.
 PATCH_NAMES: tuple[str, ...] = tuple(patch.name for patch in registry.PATCHES)
 #: Patch states (the ledger's), plus ``unknown`` when there is no (readable) state file.
-PATCH_STATES: tuple[str, ...] = (*registry.STATES, registry.UNKNOWN)
+PATCH_STATES: tuple[str, ...] = (*registry.STATES, UNKNOWN)
 #: Where a UB plan comes from: the state file the engine wrote, or config.json.
 UB_SOURCES: tuple[str, ...] = ("engine", "predicted")
 #: Kinds of failed exchanges with the engine (``qwen_npu_engine_errors_total{kind}``).

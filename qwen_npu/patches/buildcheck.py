@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qwen_npu.constants import UNKNOWN
 from qwen_npu.patches import core, kernel_tiling
+from qwen_npu.patches.hook import ENV_HOOK
 from qwen_npu.patches.registry import PATCHES, PatchInfo
 
 BUILD_OK = "pinned"
-ENV_HOOK = "QWEN_NPU_PATCHES_HOOK"
 
 
 @dataclass(frozen=True)
@@ -103,19 +104,19 @@ def _kernel_tiling(module: str, kernel: str, search: list[str] | None) -> tuple[
     path = module_source(module, search)
     source = _read(path) if path else None
     if source is None:
-        return kernel_tiling.UNKNOWN, f"no source for {module}"
+        return UNKNOWN, f"no source for {module}"
     try:
         home = _imported_from(source, kernel, module) or module
     except SyntaxError as exc:
-        return kernel_tiling.UNKNOWN, f"{path} does not parse: {exc.msg}"
+        return UNKNOWN, f"{path} does not parse: {exc.msg}"
     kernel_path = module_source(home, search)
     kernel_source = _read(kernel_path) if kernel_path else None
     if kernel_source is None:
-        return kernel_tiling.UNKNOWN, f"no source for {home} (where {module} takes {kernel})"
+        return UNKNOWN, f"no source for {home} (where {module} takes {kernel})"
     try:
         tiling = kernel_tiling.analyse_source(kernel_source, kernel)
     except SyntaxError as exc:
-        return kernel_tiling.UNKNOWN, f"{kernel_path} does not parse: {exc.msg}"
+        return UNKNOWN, f"{kernel_path} does not parse: {exc.msg}"
     return tiling.verdict, f"{home}.{kernel}: {tiling.reason}"
 
 

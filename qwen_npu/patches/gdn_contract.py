@@ -39,12 +39,12 @@ from qwen_npu.hardware import chips
 from qwen_npu.log import PartLog
 from qwen_npu.patches import kernel_layout, modes
 from qwen_npu.patches.core import OUTCOMES, swapped
-from qwen_npu.patches.registry import GDN_CONTRACT
+from qwen_npu.patches.registry import CONTRACT_VERDICTS, GDN_CONTRACT
 from qwen_npu.patches.state import write_gdn_contract
 
 log = PartLog("patches")
 
-PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+PASS, FAIL, UNKNOWN = CONTRACT_VERDICTS
 DECODE_PATCH = "gdn-decode-state-layout"
 
 BACKEND_FILE = "srt/hardware_backend/npu/attention/ascend_gdn_backend.py"
@@ -189,8 +189,18 @@ def _short(path: str | os.PathLike[str] | None) -> str:
 
 
 def _order(tensor: Any) -> str | None:
-    """V-major or K-major from a ``[..., V, K]``-labelled state's strides (V != K)."""
+    """V-major or K-major from a state's shape and strides (V != K, so both are visible).
+
+    Labelled ``[..., V, K]``: the strides say it (``K, 1`` V-major, ``1, V`` K-major). Labelled
+    ``[..., K, V]`` (the ``[.., HV, K, V]`` pool of SGLang before #39589, a ``transpose(-1, -2)``
+    view, e.g. strides ``[.., 32, 1, 8]`` over V-major memory, or a dense K-major tensor): K-major,
+    since everything that indexes the pool through it (``ssm_states[idx]``, the movers that honour
+    strides) reads and writes the state as ``[k][v]``."""
     shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    if shape[-2:] == (POOL_K, POOL_V):
+        dense_kv = strides[-1] == 1 and strides[-2] == POOL_V
+        transposed = strides[-2] == 1 and strides[-1] == POOL_K
+        return kernel_layout.K_MAJOR if dense_kv or transposed else None
     if shape[-2:] != (POOL_V, POOL_K):
         return None
     if strides[-1] == 1 and strides[-2] == POOL_K:
@@ -206,7 +216,7 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
         temporal, intermediate, conv, where = build()
     except Exception as exc:
         return Verdict(UNKNOWN, f"SGLang's MambaPool could not be built: {_error(exc)}"), None
-    label = f"(L, S, HV={POOL_HEADS}, V={POOL_V}, K={POOL_K})"
+    label = f"(L, S, HV={POOL_HEADS}, V={POOL_V}, K={POOL_K}) or its [.., K, V] view"
     facts = (
         f"temporal {list(temporal.shape)} strides {list(temporal.stride())}, intermediate "
         f"{list(intermediate.shape)} strides {list(intermediate.stride())}, conv "
@@ -223,9 +233,10 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
             f"{where}: built in its NPU configuration: {facts}: contiguous, "
             "V-major, no transpose view",
         ), pool
+    view = " (labelled [.., HV, K, V])" if tuple(temporal.shape[-2:]) == (POOL_K, POOL_V) else ""
     return Verdict(
         FAIL,
-        f"{where}: built in its NPU configuration: {facts}: temporal {order}, intermediate "
+        f"{where}: built in its NPU configuration: {facts}: temporal {order}{view}, intermediate "
         f"{spec_order}, contiguous={dense}: a transpose view (SGLang before #39589); the AscendC "
         "ops read raw memory V-major",
     ), pool
@@ -363,7 +374,7 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
     source, path = found
     reading = kernel_layout.decode_addressing(source, DECODE_WRAPPER)
     where = f"{path}:{reading.line}" if reading.line else path
-    if reading.verdict == kernel_layout.UNKNOWN:
+    if reading.verdict == UNKNOWN:
         return Verdict(UNKNOWN, f"{where}: {reading.reason}")
     said = f"{where}: {reading.reason} ({reading.verdict})"
     if pool is None:

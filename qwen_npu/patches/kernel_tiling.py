@@ -25,12 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from qwen_npu.constants import UNKNOWN as UNKNOWN  # one of this module's verdicts too
+
 PARAM = "h_block_size"
 RANGES = frozenset({"range", "static_range"})
 
 TILES = "tiles"
 IGNORED = "ignored"
-UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from qwen_npu.checkpoint.model_config import SSM_DTYPE_ENV
 from qwen_npu.patches.registry import ContractLink, PatchInfo
 
-SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
 UNQUANT = "unquant"
 
 

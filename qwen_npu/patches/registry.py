@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from qwen_npu.constants import UNKNOWN as UNKNOWN  # one of this module's verdicts too
+
 UPSTREAM_PR = "https://github.com/sgl-project/sglang/pull/34353"
 #: Where the fixes live, one module per entry, named after it.
 FIXES_PACKAGE = "qwen_npu.patches.fixes"
@@ -18,7 +20,6 @@ FIXES_PACKAGE = "qwen_npu.patches.fixes"
 #: The states a patch can be in (docs/architecture.md). ``unknown`` is for readers without data.
 STATES: tuple[str, ...] = ("applied", "disabled", "upstream-fixed", "drifted", "target-missing")
 OK_STATES: frozenset[str] = frozenset({"applied", "upstream-fixed"})
-UNKNOWN = "unknown"
 #: Comma-separated patch names (or ``all``) that are not applied.
 ENV_DISABLE = "QWEN_NPU_DISABLE_PATCHES"
 
@@ -227,7 +228,7 @@ GDN_CONTRACT: tuple[ContractLink, ...] = (
         "an image build has no model and no command line; the engine's start-up log has both",
     ),
 )
-CONTRACT_VERDICTS: tuple[str, ...] = ("pass", "fail", "unknown")
+CONTRACT_VERDICTS: tuple[str, str, str] = ("pass", "fail", UNKNOWN)
 
 
 def get_patch(name: str) -> PatchInfo:

@@ -13,6 +13,7 @@ import asyncio
 import math
 from typing import Any
 
+from qwen_npu.constants import UNKNOWN
 from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.metrics.catalogue import GDN_LINKS, GDN_VERDICTS, PATCH_NAMES, PATCH_STATES
 from qwen_npu.patches.state import STATE_FILE, read_state
@@ -23,7 +24,6 @@ from qwen_npu.sidecar.health import EngineStep, EngineView
 log = PartLog("sidecar")
 
 _SPEC_OFF = (None, "", "none", "NONE")
-UNKNOWN = "unknown"
 
 
 def finite(value: float) -> float | None:

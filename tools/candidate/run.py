@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.patches.hook import ENV_HOOK
 from qwen_npu.patches.registry import PATCHES
 from tools.candidate import ENV_PINS, repin, report, sources
 
@@ -224,7 +225,7 @@ def run_probe(
 ) -> dict[str, Any]:
     progress.step("probe", "importing the targets, applying the patches, checking the contract")
     env = child_env(checkout, extra_path) | {
-        "QWEN_NPU_PATCHES_HOOK": "0",
+        ENV_HOOK: "0",
         "QWEN_NPU_PATCH_LOG_LEVEL": "CRITICAL",
     }
     probe = ["-m", "tools.candidate.probe", "--out", str(out / "probe.json")]

@@ -70,6 +70,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from qwen_npu.constants import UNKNOWN
 from qwen_npu.log import PartLog
 from qwen_npu.patches import core, gdn_contract, kernel_layout
 from qwen_npu.patches.hook import TRIGGERS
@@ -274,7 +275,7 @@ def addressing(module: Any) -> kernel_layout.Reading:
     try:
         source = inspect.getsource(sys.modules[kernel.__module__])
     except (AttributeError, KeyError, OSError, TypeError):
-        return kernel_layout.Reading(kernel_layout.UNKNOWN, None, f"no source for {where}")
+        return kernel_layout.Reading(UNKNOWN, None, f"no source for {where}")
     reading = kernel_layout.decode_addressing(source, kernel.__name__)
     return kernel_layout.Reading(reading.verdict, reading.line, f"{where}: {reading.reason}")
 

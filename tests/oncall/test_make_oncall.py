@@ -66,21 +66,16 @@ def exec_readyz(call: list[str], namespace: str = "default") -> None:
     assert call[8:10] == ["python3", "-c"] and "http://127.0.0.1:9400/readyz" in call[10]
 
 
+def helm_upgrade(release: str = "qwen-npu", namespace: str = "default") -> list[str]:
+    """The switch's ``helm upgrade`` up to its ``--set``: the release's own values kept."""
+    return ["helm", "upgrade", release, "helm/qwen-npu", "--namespace", namespace, "--reuse-values"]
+
+
 def test_mtp_off_upgrades_with_reuse_values_then_waits(repo: Path, env: dict[str, str]) -> None:
     done = make(repo, env, "mtp-off")
     assert done.returncode == 0, done.stdout + done.stderr
     seen = calls(env)
-    assert seen[0] == [
-        "helm",
-        "upgrade",
-        "qwen-npu",
-        "helm/qwen-npu",
-        "--namespace",
-        "default",
-        "--reuse-values",
-        "--set",
-        "mtp.enabled=false",
-    ]
+    assert seen[0] == [*helm_upgrade(), "--set", "mtp.enabled=false"]
     assert seen[1:5] == wait_calls(deployment="qwen-npu-engine")
     exec_readyz(seen[5])
     assert len(seen) == 6
@@ -95,17 +90,7 @@ def test_mtp_on_with_release_and_namespace(repo: Path, env: dict[str, str]) -> N
     done = make(repo, env, "mtp-on", "RELEASE=prod", "NAMESPACE=llm")
     assert done.returncode == 0, done.stdout + done.stderr
     seen = calls(env)
-    assert seen[0] == [
-        "helm",
-        "upgrade",
-        "prod",
-        "helm/qwen-npu",
-        "--namespace",
-        "llm",
-        "--reuse-values",
-        "--set",
-        "mtp.enabled=true",
-    ]
+    assert seen[0] == [*helm_upgrade("prod", "llm"), "--set", "mtp.enabled=true"]
     # The chart's fullname rule: "prod" lacks the chart name -> Deployment prod-qwen-npu-engine.
     assert seen[1:5] == wait_calls("prod", "llm", deployment="prod-qwen-npu-engine")
     exec_readyz(seen[5], "llm")
@@ -209,15 +194,7 @@ def test_patch_switches_edit_the_disabled_list(
         "json",
     ]
     upgrade = seen[1]
-    assert upgrade[:7] == [
-        "helm",
-        "upgrade",
-        "qwen-npu",
-        "helm/qwen-npu",
-        "--namespace",
-        "llm",
-        "--reuse-values",
-    ]
+    assert upgrade[:7] == helm_upgrade(namespace="llm")
     assert upgrade[7] == "--set-json" and upgrade[8].startswith("patches.disabled=")
     assert json.loads(upgrade[8].split("=", 1)[1]) == expected
     assert len(upgrade) == 9

@@ -233,8 +233,8 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 # Without extras (standard library only): the patches, preflight, ub-plan and the .pth hook that
 # loads the patches in every Python process of the engine. Then every file the install wrote
 # (its RECORD: package, .pth, console script, .pyc) is copied to /opt/qwen-npu, laid out as /opt/venv.
-COPY pyproject.toml README.md /tmp/qwen-npu/
-# The package's version is read from here at build time (pyproject.toml [tool.hatch.version]).
+COPY pyproject.toml README.md hatch_build.py /tmp/qwen-npu/
+# The package's version and the pinned SGLang are read from here at build time (pyproject.toml).
 COPY docker/versions.env /tmp/qwen-npu/docker/versions.env
 COPY qwen_npu /tmp/qwen-npu/qwen_npu
 RUN pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -c /tmp/constraints.txt /tmp/qwen-npu \

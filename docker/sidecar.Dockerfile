@@ -18,8 +18,8 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 # The extras installed: `sidecar` for the sidecar image; `sidecar,fetch` for the fetch image (the
 # model.fetch staging Job: the hub and object-store clients, `make image-fetch`).
 ARG EXTRAS=sidecar
-COPY pyproject.toml README.md /src/
-# The package's version is read from here at build time (pyproject.toml [tool.hatch.version]).
+COPY pyproject.toml README.md hatch_build.py /src/
+# The package's version and the pinned SGLang are read from here at build time (pyproject.toml).
 COPY docker/versions.env /src/docker/versions.env
 COPY qwen_npu /src/qwen_npu
 COPY docker/sidecar-constraints.txt /src/docker/sidecar-constraints.txt

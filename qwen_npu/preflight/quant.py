@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.checkpoint import modelslim_desc
 from qwen_npu.checkpoint.model_config import ModelConfig
 from qwen_npu.hardware import ub_plan
@@ -217,7 +218,7 @@ def _need_patches(report: QuantReport, mtp: bool) -> None:
                     "patch-disabled",
                     BLOCKING,
                     f"main-model MoE layers are all FLOAT and {env} disables {MOE_FALLBACK}; "
-                    f"SGLang 0.5.23 raises at startup. Remove {MOE_FALLBACK} from {env}",
+                    f"SGLang {SGLANG_VERSION} raises at startup. Remove {MOE_FALLBACK} from {env}",
                     [MOE_FALLBACK],
                 )
             )
@@ -234,9 +235,9 @@ def _need_patches(report: QuantReport, mtp: bool) -> None:
                 "patch-disabled",
                 BLOCKING,
                 f"{env} disables {MTP_UNQUANT} and {MOE_FALLBACK}: the FLOAT draft is built with "
-                f"the ModelSlim config and SGLang 0.5.23 raises 'Unsupported ModelSlim MoE "
-                f"schemes for layer {mtp_float[0]}' at startup. Remove them from {env}, or start "
-                "with MTP off",
+                f"the ModelSlim config and SGLang {SGLANG_VERSION} raises 'Unsupported ModelSlim "
+                f"MoE schemes for layer {mtp_float[0]}' at startup. Remove them from {env}, or "
+                "start with MTP off",
                 [MTP_UNQUANT, MOE_FALLBACK],
             )
         )

@@ -15,11 +15,12 @@ from typing import Any
 from pydantic.fields import FieldInfo
 
 from qwen_npu import log as shared_log
+from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.cli_parser import OneLineParser, fail, field_number
 from qwen_npu.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles, typed
 
 BANNER = (
-    "qwen-npu sim: a SIMULATOR of SGLang 0.5.23's HTTP surface for tests and demos. "
+    f"qwen-npu sim: a SIMULATOR of SGLang {SGLANG_VERSION}'s HTTP surface for tests and demos. "
     "It runs no model and its output is synthetic; never point production traffic at it."
 )
 

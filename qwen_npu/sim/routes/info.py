@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from qwen_npu import __version__
+from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.sim.metrics import MALFORMED_EXPOSITION
 from qwen_npu.sim.routes import sim_of
 
-SGLANG_PROTOCOL_VERSION = "0.5.23"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 router = APIRouter()
@@ -71,7 +71,7 @@ async def server_info(request: Request) -> dict[str, Any]:
         "max_total_num_tokens": cfg.max_total_tokens,
         "startup_time": sim.started_wall,
         "internal_states": [state],
-        "version": SGLANG_PROTOCOL_VERSION,
+        "version": SGLANG_VERSION,  # the release whose surface it speaks: the pinned one
         "frontend": "python",
         "simulator": f"qwen-npu sim {__version__}",
     }

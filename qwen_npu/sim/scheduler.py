@@ -157,6 +157,7 @@ class Engine:
         self.metrics = metrics
         self.loop = asyncio.get_running_loop()
         self.running: set[Request] = set()
+        self.stopping = False  # stop_all was called (SIGINT): no request runs any more
         self.waiting: deque[Request] = deque()
         self._heap: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
@@ -191,12 +192,22 @@ class Engine:
 
     # -- admission ---------------------------------------------------------------------------
 
+    def stop_all(self) -> None:
+        """Ctrl-C: end every request in flight or queued now (their streams close cleanly, so
+        the server stops at once instead of cancelling them), and every later one on arrival."""
+        self.stopping = True
+        for req in [*self.running, *self.waiting]:
+            self.abort(req, Aborted("the server is stopping"))
+
     def submit(self, req: Request, arrival: float | None = None) -> None:
         """Admit now or queue; QueueFull when the queue is at its bound.
 
         ``arrival`` is when the server received the request (loop clock), if known: TTFT counts
         from there, as a real server's does, not from when this handler got its turn.
         """
+        if self.stopping:
+            self.abort(req, Aborted("the server is stopping"))
+            return
         now = self.loop.time()
         if arrival is None or arrival > now:
             arrival = now

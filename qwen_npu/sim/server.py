@@ -2,13 +2,17 @@
 
 uvicorn's own signal handling stops at once on SIGTERM and then re-raises the signal (the process
 dies of it). ``DrainingServer`` turns SIGTERM into SGLang's drain instead (drain.Drain) and exits 0
-when it is done, 1 when it was forced; SIGINT keeps uvicorn's behaviour.
+when it is done, 1 when it was forced. SIGINT stops at once: uvicorn's graceful shutdown would wait
+up to ``timeout_graceful_shutdown`` for the streams in flight and then cancel them (an ``Exception
+in ASGI application`` traceback each), so the engine ends them first (``Engine.stop_all``): each
+stream closes cleanly and the shutdown finds nothing to wait for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -29,6 +33,8 @@ class DrainingServer(uvicorn.Server):
         self.drain = drain_of
         self.exit_code = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: Run on the loop at the first SIGINT: ends the requests in flight (serve() sets it).
+        self.on_interrupt: Callable[[], None] | None = None
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self.loop = asyncio.get_running_loop()
@@ -46,6 +52,8 @@ class DrainingServer(uvicorn.Server):
             # A signal handler: hand the work to the loop (thread-safe wake-up).
             self.loop.call_soon_threadsafe(self.drain.begin)
             return
+        if sig == signal.SIGINT and self.on_interrupt is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.on_interrupt)
         super().handle_exit(sig, frame)
 
 
@@ -76,6 +84,14 @@ def serve(cfg: SimConfig) -> int:
     )
     server = DrainingServer(config)
     server.drain = Drain(app.state.sim, server.stop)
+    sim = app.state.sim
+
+    def stop_requests() -> None:
+        log("info", "interrupted", in_flight=sim.in_flight, what="SIGINT: the requests end now")
+        if sim.engine is not None:
+            sim.engine.stop_all()
+
+    server.on_interrupt = stop_requests
     busy = cannot_listen(cfg.host, cfg.port)
     if busy:
         log(

@@ -70,7 +70,13 @@ class EventStream(Response):
                     break
             if not last:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (Aborted, OSError):
+        except Aborted:
+            # the request was ended (client gone, or the server stopping on Ctrl-C): end the
+            # response properly, so a client still there sees a closed stream, not a cut one
+            if started:
+                with contextlib.suppress(OSError, RuntimeError):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
             pass
         finally:
             watcher.cancel()

@@ -16,10 +16,11 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
 #: The exit codes every verb shares (docs/cli.md): one meaning each across the package.
 EXIT_OK = 0
@@ -48,6 +49,12 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, error_line(self.prog, f"{message}; see: {self.prog} --help\n"))
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        """As argparse's, without swallowing a write error: a closed stdout under ``--help`` is
+        the edge's (``run_verb``: exit 141), not a silent exit 0."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 @dataclass(frozen=True)
@@ -130,12 +137,17 @@ class OutputPath:
             raise argparse.ArgumentTypeError(
                 f"{text}: {nearest} is a file, not a folder; pass a path under a folder"
             )
-        writable = path if path.exists() else nearest
-        if not os.access(writable, os.W_OK | (os.X_OK if writable.is_dir() else 0)):
+        # a real write, not os.access (which asks for the real uid, not the one that writes):
+        # an existing file opened for append (unchanged), else a nameless file in the folder
+        try:
+            if path.exists() and not path.is_dir():
+                path.open("ab").close()
+            else:
+                tempfile.TemporaryFile(dir=path if path.is_dir() else nearest).close()
+        except OSError as exc:
             raise argparse.ArgumentTypeError(
-                f"{text}: cannot write {writable} (permissions or a read-only file system); "
-                "pass a path you can write"
-            )
+                f"{text}: cannot write there ({exc.strerror}); pass a path you can write"
+            ) from None
         return path
 
 
@@ -350,3 +362,37 @@ def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | No
         bounds.append(f"at most {high:g}")
     what = kind_word + (" " + " and ".join(bounds) if bounds else "")
     return Number(kind, low=low, low_open=low_open, high=high, what=what, passes=none_words)
+
+
+@dataclass(frozen=True)
+class InputPath:
+    """An argparse ``type=`` for a file or folder a verb reads: it exists, is of the right kind
+    and this process can read it (a real open, not os.access), else a one-line refusal."""
+
+    folder: bool
+
+    def __call__(self, text: str) -> Path:
+        path = Path(text)
+        kind = "folder" if self.folder else "file"
+        try:
+            if self.folder:
+                os.listdir(path)
+            else:
+                if path.is_dir():
+                    raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file")
+                path.open("rb").close()
+        except NotADirectoryError:
+            raise argparse.ArgumentTypeError(
+                f"{text}: not a folder (or a part of the path is a file); pass a {kind}"
+            ) from None
+        except FileNotFoundError:
+            raise argparse.ArgumentTypeError(f"{text}: no such {kind}; check the path") from None
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{text}: cannot read it ({exc.strerror}); make it readable or pass another"
+            ) from None
+        return path
+
+
+input_file = InputPath(folder=False)
+input_dir = InputPath(folder=True)

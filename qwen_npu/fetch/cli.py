@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qwen_npu.cli_parser import OneLineParser, output_dir, positive_float, positive_int
+from qwen_npu.cli_parser import OneLineParser, error_line, output_dir, positive_float, positive_int
 from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
 from qwen_npu.fetch.layout import Revision, Store
 from qwen_npu.fetch.source import EXAMPLES, load_credentials, parse_source
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument(
         "--profile",
         type=Path,
+        metavar="FILE",
         default=None,
         help="a chart profile (helm/qwen-npu/profiles/<name>.yaml): preflight judges the engine "
         "the chart deploys from it (TP, SSM dtype, MTP); without it, the chart's default engine",
@@ -95,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-hash a complete DEST instead of trusting its manifest's sizes",
     )
-    p.add_argument("--ca-bundle", default=None, help="a PEM bundle for a mirror's private CA")
+    p.add_argument(
+        "--ca-bundle", metavar="FILE", default=None, help="a PEM bundle for a mirror's private CA"
+    )
     return p
 
 
@@ -168,6 +171,25 @@ def _preflight(dest: Path, options: Options, judged: str) -> int:
     return report.exit_code
 
 
+def _check_ca_bundle(path: str) -> None:
+    """FetchError (bad input) unless ``path`` is a readable PEM bundle with a certificate: loaded
+    here, before any download, as the clients would load it."""
+    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
+    import ssl
+
+    if not Path(path).is_file():
+        raise FetchError(f"--ca-bundle {path}: no such file", EXIT_BAD_INPUT)
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+        raise FetchError(
+            f"--ca-bundle {path}: not a readable PEM bundle ({why}); pass the mirror CA's "
+            "certificates (-----BEGIN CERTIFICATE----- blocks)",
+            EXIT_BAD_INPUT,
+        ) from None
+
+
 def _fetch(argv: list[str]) -> int:
     # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.fetch.profile import default_options, profile_options
@@ -183,8 +205,7 @@ def _fetch(argv: list[str]) -> int:
         options, judged = default_options(args.tp), DEFAULT_JUDGED
     load_credentials()
     if args.ca_bundle:
-        if not Path(args.ca_bundle).is_file():
-            raise FetchError(f"--ca-bundle {args.ca_bundle}: no such file", EXIT_BAD_INPUT)
+        _check_ca_bundle(args.ca_bundle)
         environ_ca_bundle(args.ca_bundle)
     opts = FetchOptions(
         read_timeout=args.read_timeout,
@@ -239,10 +260,9 @@ def _verify(argv: list[str]) -> int:
     if args.source and not problems:
         source = parse_source(args.source, args.revision)
         if not matches(marker, source):
-            problems = [
-                f"{args.dest}: holds {marker and marker.get('source')}@"
-                f"{marker and marker.get('requested_revision')}, not {source}"
-            ]
+            held = (marker or {}).get("source")
+            asked = (marker or {}).get("requested_revision")
+            problems = [f"{args.dest}: holds {held}{f'@{asked}' if asked else ''}, not {source}"]
     manifest = rev.manifest() if rev else None
     if args.json:
         print(
@@ -257,14 +277,9 @@ def _verify(argv: list[str]) -> int:
                 sort_keys=True,
             )
         )
-    for line in problems:
-        log(
-            "error",
-            "verify_failed",
-            dest=args.dest,
-            problem=line,
-            next=f"re-run: qwen-npu fetch {(marker or {}).get('source', 'SOURCE')} {args.dest}",
-        )
+    for line in problems:  # the one error shape of every verb (cli_parser.error_line)
+        again = f"qwen-npu fetch {(marker or {}).get('source', 'SOURCE')} {args.dest}"
+        print(error_line(f"{PROG} verify", f"{line}; re-run: {again}"), file=sys.stderr)
     if not problems:
         log(
             "info",

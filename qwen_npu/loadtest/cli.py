@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--range-ratio", type=unit_interval, default=d.range_ratio)
     p.add_argument("--seed", type=non_negative_int, default=d.seed)
     p.add_argument("--dataset", default=c.dataset, choices=sorted(DATASET_MAPPING))
-    p.add_argument("--tokenizer", default=None, help="folder with tokenizer.json (vocab size)")
+    p.add_argument(
+        "--tokenizer", metavar="DIR", default=None, help="folder with tokenizer.json (vocab size)"
+    )
     p.add_argument(
         "--vocab-size",
         type=positive_int,
@@ -83,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output", type=output_file, default=None, help="JSONL file to append one line per run to"
     )
-    p.add_argument("--baseline", default=None, help="JSONL with earlier runs to compare against")
+    p.add_argument(
+        "--baseline",
+        metavar="FILE",
+        default=None,
+        help="JSONL with earlier runs to compare against",
+    )
     p.add_argument("--threshold", action="append", default=[], help="key=percent (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
     p.add_argument(

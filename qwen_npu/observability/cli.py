@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from qwen_npu.cli_parser import OneLineParser, output_dir, output_file
+from qwen_npu.cli_parser import OneLineParser, input_dir, input_file, output_dir, output_file
 from qwen_npu.log import PartLog
 from qwen_npu.observability.config import DEFAULT_CHART, Config
 
@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         type=output_dir,
-        default=DEFAULT_OUT,
-        help=f"the chart's files/ folder (default: {DEFAULT_OUT}, from the repository root)",
+        default=None,
+        help=f"the chart's files/ folder (default: <--chart>/files, {DEFAULT_OUT})",
     )
     p.add_argument(
         "--check",
@@ -46,12 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--chart",
-        type=Path,
+        type=input_dir,
         metavar="DIR",
         default=DEFAULT_CHART,
         help=f"the chart (values.yaml: the thresholds; --render-rules renders it); {DEFAULT_CHART}",
     )
-    p.add_argument("--values", type=Path, metavar="FILE", help="values file for --render-rules")
+    p.add_argument(
+        "--values", type=input_file, metavar="FILE", help="values file for --render-rules"
+    )
     p.add_argument("--namespace", default="default", help="release namespace for --render-rules")
     return p
 
@@ -91,7 +93,7 @@ def main(argv: list[str]) -> int:
     # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.observability import generate
 
-    out: Path = args.out
+    out: Path = args.out if args.out is not None else args.chart / "files"
     if not out.parent.is_dir():
         print(
             f"qwen-npu dashboards: error: {out.parent} is not a folder; run from the repository "

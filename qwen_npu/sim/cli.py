@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
         "> defaults. See docs/simulator.md.",
     )
     p.add_argument("--profile", help=f"named latency profile: {', '.join(list_profiles())}")
-    p.add_argument("--config", help="YAML file of key: value (same names as the flags)")
+    p.add_argument(
+        "--config", metavar="FILE", help="YAML file of key: value (same names as the flags)"
+    )
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
     for key, f in FIELDS.items():

@@ -305,6 +305,8 @@ def run_verb(prog: str, entry: Callable[[list[str]], int | None], argv: list[str
     json.JSONDecodeError one line naming the file or flag and the fix (``describe``; 2 bad input,
     1 an unreachable target, 3 no space). Anything else is a bug: one line saying so (exit 1),
     its traceback with ``QWEN_NPU_TRACEBACK=1``."""
+    if sys.stdout is None:  # started with stdout closed (>&-): what it prints goes nowhere
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # the process's stdout from now on
     try:
         try:
             return int(entry(argv) or 0)

@@ -646,6 +646,21 @@ def test_a_closed_stdout_is_quiet_and_exits_141(sandbox: Path) -> None:
 
 
 @inside
+def test_no_stdout_at_all_is_quiet(sandbox: Path) -> None:
+    """Started with stdout closed (``>&-``): what it prints goes nowhere, exit 0, stderr empty."""
+    running = [
+        (argv, subprocess.Popen(
+            _cli(*argv), stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=REPO,
+            preexec_fn=lambda: os.close(1),
+        ))
+        for argv in [["--help"]] + [[c.verb, *c.words, "--help"] for c in COMMANDS]
+    ]  # fmt: skip
+    for argv, proc in running:
+        _, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err.decode()) == (0, ""), argv
+
+
+@inside
 def test_ctrl_c_is_one_line_and_exit_130(sandbox: Path) -> None:
     """``qwen-npu fetch wait`` on a DEST no fetch has filled yet waits; Ctrl-C ends it with one
     line and 130, whatever it was doing."""

@@ -368,9 +368,15 @@ def test_the_installed_release_reports_every_patch_applying_and_no_diff(
     assert verdicts(data) == {p.name: report.KEEP for p in PATCHES}
     assert all(row["guard"] == "applied" for row in data["patches"])
     assert all(c["diff"] == "" for row in data["patches"] for c in row["changes"])
-    assert {link["link"]: link["verdict"] for link in data["gdn_contract"]} == {
-        c.name: "pass" for c in GDN_CONTRACT
+    # the kernel's side of the mover and decode links is not in the candidate's venv: unknown,
+    # with SGLang's side named (issue 41: never a pass for what was not read)
+    links = {link["link"]: link for link in data["gdn_contract"]}
+    assert {name: link["verdict"] for name, link in links.items()} == {
+        c.name: "unknown" if c.name in report.SGLANG_SIDE else "pass" for c in GDN_CONTRACT
     }
+    for name in report.SGLANG_SIDE:
+        assert "SGLang imports" in links[name]["evidence"], links[name]
+        assert "not on sys.path" in links[name]["evidence"], links[name]
     assert data["next"].startswith("make sglang-candidate") or "nothing to port" in data["next"]
     text = (tmp_path / "out" / "report.md").read_text()
     assert "## Diffs against 0.5.23 (0)" in text
@@ -412,3 +418,24 @@ def test_a_changed_target_flips_only_its_patch_and_shows_its_diff(
     text = (tmp_path / "out" / "report.md").read_text()
     assert "```diff" in text and ADDED in text
     assert "delete mtp-modelslim-unquant" in data["next"]
+
+
+def test_a_link_whose_kernel_side_was_not_read_is_unknown_never_pass() -> None:
+    """Issue 41: SGLang's side of the mover and decode links holds (it imports the kernel's
+    name), but the candidate's venv has no sgl-kernel-npu to read: the link says unknown."""
+    unread = "sgl_kernel_npu is not on sys.path: no fla/x.py to read"
+    probe = _probe()
+    for name in report.SGLANG_SIDE:
+        probe["contract"][name] = {"verdict": "unknown", "evidence": unread}
+    changes: list[sources.Change] = []
+    for name, (module, imported) in report.SGLANG_SIDE.items():
+        unit = sources.Unit(f"gdn_contract.{name}", "x.py", sources.IMPORT, imported)
+        found = sources.Found(imported, 1, "", "a" * 64, None, ((module, imported),))
+        changes.append(sources.Change(unit, sources.UNCHANGED, found, found, "", ""))
+    rows = {row.name: row for row in report.link_rows(probe, changes)}
+    for name in report.SGLANG_SIDE:
+        assert rows[name].verdict == "unknown", rows[name]
+        assert "SGLang imports" in rows[name].evidence and unread in rows[name].evidence
+    probe = _probe()  # the image build read the kernel: pass stays pass
+    rows = {row.name: row for row in report.link_rows(probe, changes)}
+    assert {rows[name].verdict for name in report.SGLANG_SIDE} == {"pass"}

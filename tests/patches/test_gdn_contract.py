@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from qwen_npu.patches import gdn_contract as gc
+from qwen_npu.patches import kernel_layout
 from qwen_npu.patches.registry import GDN_CONTRACT
 from qwen_npu.patches.state import read_state
 from tools.paths import STUBS
@@ -232,3 +233,24 @@ def test_report_logs_each_link_and_writes_the_state_file(
     lines = [x for x in capsys.readouterr().err.splitlines() if "event=gdn_contract.link" in x]
     assert len(lines) == len(GDN_CONTRACT)
     assert any("link=decode_kernel verdict=fail" in x and "level=ERROR" in x for x in lines)
+
+
+def kv_labelled_pool() -> tuple[Any, Any, list[Any], str]:
+    """SGLang 0.5.20 under MTP: the temporal state exposed as the [.., HV, K, V] transpose view
+    of V-major memory (strides [.., 32, 1, 8] at V = 4, K = 8)."""
+    _, i, c, where = dense_pool()
+    return torch.zeros(1, 3, 2, V, K).transpose(-1, -2), i, c, where
+
+
+def test_a_pool_labelled_k_v_is_recognised_and_named_k_major(tmp_path: Path) -> None:
+    """Issue 41: the view the candidate report met in 0.5.20 was `unknown` ("unexpected pool
+    shape"); it is a transpose view the AscendC ops read transposed, named K-major."""
+    temporal = kv_labelled_pool()[0]
+    assert list(temporal.stride())[-3:] == [32, 1, 8]
+    result = gc.check(sources(tmp_path, build_pool=kv_labelled_pool))
+    pool = result["pool_layout"]
+    assert pool.verdict == "fail", pool
+    assert "temporal [1, 3, 2, 8, 4] strides [192, 64, 32, 1, 8]" in pool.evidence
+    assert f"temporal {kernel_layout.K_MAJOR} (labelled [.., HV, K, V])" in pool.evidence
+    assert result["prefill_op"].verdict == result["verify_op"].verdict == "fail"
+    assert f"against a {kernel_layout.K_MAJOR} pool" in result["verify_op"].evidence

@@ -14,7 +14,10 @@ evidence and the decision side by side. Each patch gets one verdict, derived in 
    one the patch does not depend on (each change named from the diff, never beyond it).
 
 The contract links keep their own verdicts (``pass``, ``fail``, ``unknown``) beside the diff of
-the SGLang code each reads.
+the SGLang code each reads. The two links whose other side is sgl-kernel-npu's (``mover``,
+``decode_kernel``) fail when SGLang no longer imports the kernel's name, and otherwise say what the
+contract read: ``unknown`` where the kernel's file was not there to read (the candidate's venv
+has no sgl-kernel-npu; the image build reads it), never ``pass`` for what nobody read.
 """
 
 from __future__ import annotations
@@ -242,12 +245,15 @@ def link_rows(probe: Mapping[str, Any], changes: Sequence[sources.Change]) -> li
                 "the kernel's file is sgl-kernel-npu's, read on the image "
                 f"(`patches verify --build`): {evidence}"
             )
-            if bound:
-                verdict = "pass"
+            if not bound:
+                verdict = gdn_contract.FAIL
+                evidence = f"SGLang no longer imports {name} from {module}; {kernel}"
+            elif verdict == gdn_contract.PASS:
                 evidence = f"SGLang imports {name} from {module}; {kernel}"
             else:
-                verdict = "fail"
-                evidence = f"SGLang no longer imports {name} from {module}; {kernel}"
+                # SGLang's side holds, the kernel's was not read (or fails): the link says what
+                # its evidence says, never a pass it did not see
+                evidence = f"SGLang imports {name} from {module}, but {kernel}"
         rows.append(LinkRow(link.name, verdict, evidence, _diff_cell(mine), mine))
     return rows
 

@@ -4,7 +4,8 @@ Why this exists: the patches must load in every Python process of the engine, in
 scheduler processes SGLang starts with ``multiprocessing`` spawn, which share nothing with the
 launcher but the interpreter's start-up. ``qwen_npu_patches.pth`` (installed in site-packages)
 imports this module at start-up; it puts one finder at the front of ``sys.meta_path`` that ignores
-every import except the few target modules named in ``TRIGGERS``. When one of those finishes
+every import except the few target modules named in ``TRIGGERS`` (the registry's triggers,
+read at the first import inside SGLang's package, ``TRIGGER_PACKAGES``). When one of those finishes
 executing, every patch whose trigger modules are now all loaded is imported and applied. Nothing
 of qwen-npu or SGLang is imported before SGLang itself imports the target, so ``python -c pass``
 pays for this module only (standard library: ``sys`` and ``os``, already loaded at start-up).
@@ -22,24 +23,13 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-#: patch module -> the modules that must all be loaded before it applies. Kept here (not in the
-#: registry) so the start-up path imports nothing; a test checks it against the patch modules.
-TRIGGERS: dict[str, tuple[str, ...]] = {
-    "qwen_npu.patches.fixes.modelslim_moe_unquant_fallback": (
-        "sglang.srt.layers.quantization.modelslim.modelslim",
-        "sglang.srt.layers.moe.fused_moe_triton",
-    ),
-    "qwen_npu.patches.fixes.mtp_modelslim_unquant": ("sglang.srt.models.qwen3_5_mtp",),
-    "qwen_npu.patches.fixes.mamba_scatter_ub_aware": (
-        "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend",
-    ),
-    "qwen_npu.patches.fixes.gdn_decode_state_layout": (
-        "sglang.srt.layers.attention.linear.kernels.gdn_triton",
-    ),
-}
+#: The top-level packages the patches' trigger modules live in. The finder looks at no import
+#: outside them, so the start-up path imports nothing; the trigger table (``TRIGGERS``: patch
+#: module -> the modules that must all be loaded before it applies) is the registry's, read at
+#: the first import inside them.
+TRIGGER_PACKAGES: frozenset[str] = frozenset({"sglang"})
 ENV_HOOK = "QWEN_NPU_PATCHES_HOOK"
 
-_WATCHED: frozenset[str] = frozenset(m for mods in TRIGGERS.values() for m in mods)
 _loaded: set[str] = set()
 _started: set[str] = set()
 
@@ -52,10 +42,34 @@ def _is_loaded(name: str) -> bool:
     return module is not None and not getattr(spec, "_initializing", False)
 
 
+def _triggers() -> "dict[str, tuple[str, ...]]":
+    """``TRIGGERS``: read from the registry once, when first needed (a test may set it)."""
+    table: dict[str, tuple[str, ...]] | None = globals().get("TRIGGERS")
+    if table is None:
+        # lazy: the registry (dataclasses) loads only once SGLang itself is being imported
+        from qwen_npu.patches.registry import PATCHES
+
+        table = {p.module: p.triggers for p in PATCHES}
+        globals()["TRIGGERS"] = table
+    return table
+
+
+def __getattr__(name: str) -> "Any":
+    if name == "TRIGGERS":
+        return _triggers()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _watched(name: str) -> bool:
+    if name.partition(".")[0] not in TRIGGER_PACKAGES:
+        return False
+    return any(name in modules for modules in _triggers().values())
+
+
 def _module_loaded(name: str) -> None:
     """A watched module finished executing: apply every patch that was waiting only for it."""
     _loaded.add(name)
-    for patch_module, modules in TRIGGERS.items():
+    for patch_module, modules in _triggers().items():
         if name in modules and patch_module not in _started and all(map(_is_loaded, modules)):
             _started.add(patch_module)
             try:
@@ -101,7 +115,7 @@ class PostImportFinder:
     """A meta-path finder that only ever answers for the watched module names."""
 
     def find_spec(self, fullname: str, path: "Any" = None, target: "Any" = None) -> "Any":
-        if fullname not in _WATCHED or fullname in _loaded:
+        if fullname in _loaded or not _watched(fullname):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -128,8 +142,8 @@ def install() -> bool:
     if _finder is None:
         _finder = PostImportFinder()
         sys.meta_path.insert(0, _finder)
-    for name in sorted(_WATCHED):
-        if name in sys.modules and _is_loaded(name):
+    for name in sorted(n for n in list(sys.modules) if _watched(n)):
+        if _is_loaded(name):
             _module_loaded(name)
     return True
 

@@ -50,11 +50,18 @@ class PatchInfo:
     upstream_pr: str
     remove_when: str
     serves: Serves = Serves()
+    #: SGLang modules besides the target's that must be loaded before the patch applies.
+    also_waits_for: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
         """Our module holding ``apply()``: ``qwen_npu/patches/fixes/<name with underscores>.py``."""
         return f"{FIXES_PACKAGE}.{self.name.replace('-', '_')}"
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """The modules that must all be loaded before it applies (the start-up hook waits)."""
+        return (self.target.partition(":")[0], *self.also_waits_for)
 
 
 PATCHES: tuple[PatchInfo, ...] = (
@@ -80,6 +87,8 @@ PATCHES: tuple[PatchInfo, ...] = (
                 "with the target's ModelSlim config only while the draft inherits --quantization"
             ),
         ),
+        # the fallback returns FusedMoE's unquantized method: FusedMoE must be importable
+        also_waits_for=("sglang.srt.layers.moe.fused_moe_triton",),
     ),
     PatchInfo(
         name="mtp-modelslim-unquant",

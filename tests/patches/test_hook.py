@@ -51,6 +51,15 @@ def test_start_up_imports_only_the_hook() -> None:
     assert finder == "PostImportFinder True"
 
 
+def test_the_finder_watches_every_trigger_of_the_registry() -> None:
+    """TRIGGER_PACKAGES, the finder's cheap first filter, hides no trigger of the registry (a patch
+    whose trigger it skipped would never apply)."""
+    from qwen_npu.patches.registry import PATCHES
+
+    assert [m for p in PATCHES for m in p.triggers if not hook._watched(m)] == []
+    assert not hook._watched("json") and not hook._watched("sglang.srt.not_a_trigger")
+
+
 def test_the_hook_can_be_kept_out() -> None:
     out = python(
         "from qwen_npu.patches import hook; print(hook.installed())", QWEN_NPU_PATCHES_HOOK="0"
@@ -83,7 +92,9 @@ def synthetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         "TRIGGERS",
         {"hk_patch": ("hk_trig_a", "hk_trig_b"), "hk_broken_patch": ("hk_lonely",)},
     )
-    monkeypatch.setattr(hook, "_WATCHED", frozenset({"hk_trig_a", "hk_trig_b", "hk_lonely"}))
+    monkeypatch.setattr(
+        hook, "TRIGGER_PACKAGES", frozenset({"hk_trig_a", "hk_trig_b", "hk_lonely"})
+    )
     monkeypatch.setattr(hook, "_loaded", set())
     monkeypatch.setattr(hook, "_started", set())
     assert hook.install()
@@ -122,7 +133,7 @@ def test_install_applies_to_modules_imported_before_it(synthetic: Path) -> None:
         f"import sys; sys.path.insert(0, {str(synthetic)!r}); import hk_trig_a;"
         "from qwen_npu.patches import hook;"
         "hook.TRIGGERS = {'hk_patch': ('hk_trig_a', 'hk_trig_b')};"
-        "hook._WATCHED = frozenset({'hk_trig_a', 'hk_trig_b'});"
+        "hook.TRIGGER_PACKAGES = frozenset({'hk_trig_a', 'hk_trig_b'});"
         "print('hk_patch' in sys.modules, hook.install());"
         "print(sys.modules['hk_patch'].CALLS)"
     )

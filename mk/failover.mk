@@ -17,11 +17,14 @@ FAILOVER_ARGS ?=
 
 router-venv: $(ROUTER_STAMP) ## install the pinned router (sglang-router, `smg launch`) in .venv-router
 
-$(ROUTER_STAMP): docker/versions.env requirements/router.txt
+# fastapi, uvicorn and requests at the pins of pyproject.toml's extras (their one home).
+ROUTER_SHARED_PINS = $(shell $(PYTHON) -c "import re, tomllib; x = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']; p = {re.split('[=<>~!\\[ ]', s)[0]: s for v in x.values() for s in v}; print(' '.join(p[n] for n in ('fastapi', 'uvicorn', 'requests')))")
+
+$(ROUTER_STAMP): docker/versions.env requirements/router.txt pyproject.toml
 	@echo ">> creating $(ROUTER_VENV) with sglang-router==$(SGLANG_ROUTER_VERSION)"
 	@test -x $(ROUTER_VENV)/bin/python || $(PYTHON) -m venv $(ROUTER_VENV)
 	@$(ROUTER_VENV)/bin/python -m pip --disable-pip-version-check install -q --progress-bar off \
-		sglang-router==$(SGLANG_ROUTER_VERSION) -r requirements/router.txt > $(ROUTER_VENV)/pip.log 2>&1 \
+		sglang-router==$(SGLANG_ROUTER_VERSION) -r requirements/router.txt $(ROUTER_SHARED_PINS) > $(ROUTER_VENV)/pip.log 2>&1 \
 		|| { echo "router-venv: sglang-router==$(SGLANG_ROUTER_VERSION) (SGLANG_ROUTER_VERSION in docker/versions.env) does not install (pip's log: $(ROUTER_VENV)/pip.log); pick a version PyPI has: pip index versions sglang-router"; exit 1; }
 	@$(ROUTER_BIN) launch --help >/dev/null 2>&1 || { echo "router-venv: $(ROUTER_BIN) launch --help fails; sglang-router==$(SGLANG_ROUTER_VERSION) has no 'smg launch' command (check SGLANG_ROUTER_VERSION in docker/versions.env)"; exit 1; }
 	@touch $@

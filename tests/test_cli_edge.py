@@ -216,3 +216,17 @@ def test_input_paths(tmp_path: Path) -> None:
     ):
         with pytest.raises(argparse.ArgumentTypeError, match=said):
             kind(str(bad))
+
+
+def test_docs_cli_has_every_verb_and_every_shared_code() -> None:
+    """docs/cli.md's tables hold every verb of VERBS and every code cli_parser defines."""
+    import qwen_npu.cli_parser as shared
+    from qwen_npu.cli import VERBS
+    from tools.paths import DOCS
+
+    page = (DOCS / "cli.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    listed = {verb for row in rows for verb in VERBS if f"`{verb}" in row.split("|")[1]}
+    assert listed == set(VERBS), f"docs/cli.md lacks {set(VERBS) - listed}"
+    codes = {v for k, v in vars(shared).items() if k.startswith("EXIT_")}
+    assert all(f"\n| {code} | " in page for code in codes), codes

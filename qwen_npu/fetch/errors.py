@@ -7,10 +7,21 @@ never a traceback. docs/runbook.md "A fetch stuck or failing" lists them.
 
 from __future__ import annotations
 
-EXIT_FAILED = 1  # the transfer or the verification failed after every retry
-EXIT_BAD_INPUT = 2  # SOURCE, DEST, a flag, the repo, the revision or the credentials
-EXIT_NO_SPACE = 3  # DEST's filesystem cannot hold the checkpoint (before or during the fetch)
-EXIT_TIMEOUT = 4  # `fetch wait` or the lock wait ran out of time
+# The codes every verb shares (qwen_npu.cli_parser, docs/cli.md), as the fetch uses them: 1 the
+# transfer or the verification failed after every retry; 2 SOURCE, DEST, a flag, the repo, the
+# revision or the credentials; 3 DEST's filesystem cannot hold the checkpoint (before or during the
+# fetch); 4 `fetch wait` or the lock wait ran out of time.
+from qwen_npu.cli_parser import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_SPACE
+from qwen_npu.cli_parser import EXIT_TIMED_OUT as EXIT_TIMEOUT
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_NO_SPACE",
+    "EXIT_TIMEOUT",
+    "FetchError",
+    "TransientError",
+]
 
 
 class FetchError(Exception):

@@ -26,7 +26,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import (
+    EXIT_FAILED,
+    OneLineParser,
+    fail,
+    float_between,
+    output_file,
+    positive_int,
+)
 from qwen_npu.loadtest.compare import (
     CompareError,
     Side,
@@ -38,6 +45,7 @@ from qwen_npu.loadtest.compare import (
     run_sides,
 )
 from qwen_npu.loadtest.compare_stats import Cell, Pick, format_many, pick, summarize
+from qwen_npu.loadtest.progress import TargetNotReady
 from qwen_npu.ports import LOCAL_ENGINE_URL
 
 PROG = "qwen-npu mtp-tune"
@@ -59,7 +67,7 @@ class Setting:
             return cls("off", None)
         if word.isdigit() and 1 <= int(word) <= 16:
             return cls(word, int(word))
-        raise CompareError(f"SETTINGS: {text!r} is not a setting; use off or a step count 1..16")
+        raise CompareError(f"--settings: {text!r} is not a setting; use off or a step count 1..16")
 
     @property
     def label(self) -> str:
@@ -82,9 +90,9 @@ class Setting:
 def parse_settings(text: str) -> list[Setting]:
     settings = [Setting.parse(w) for w in text.replace(",", " ").split()]
     if len(settings) < 2:
-        raise CompareError(f'SETTINGS="{text}": give two or more, e.g. SETTINGS="off 1 2 3"')
+        raise CompareError(f'--settings "{text}": give two or more, e.g. --settings "off 1 2 3"')
     if len({s.name for s in settings}) != len(settings):
-        raise CompareError(f'SETTINGS="{text}": a setting is listed twice')
+        raise CompareError(f'--settings "{text}": a setting is listed twice')
     return settings
 
 
@@ -94,11 +102,11 @@ def parse_urls(text: str, settings: Sequence[Setting]) -> dict[str, str]:
     for item in text.split():
         name, sep, url = item.partition("=")
         if not sep or not url.startswith(("http://", "https://")):
-            raise CompareError(f"URLS: {item!r}; use <setting>=http://<host>:<port>")
+            raise CompareError(f"--urls: {item!r}; use <setting>=http://<host>:<port>")
         urls[Setting.parse(name).name] = url.rstrip("/")
     missing = [s.name for s in settings if s.name not in urls]
     if missing:
-        raise CompareError(f"URLS gives no endpoint for setting(s) {', '.join(missing)}")
+        raise CompareError(f"--urls gives no endpoint for setting(s) {', '.join(missing)}")
     return urls
 
 
@@ -233,13 +241,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", default="off 1 2 3", help='e.g. "off 1 2 3"')
     p.add_argument("--urls", default="", help='one endpoint per setting: "off=http://a 3=..."')
     p.add_argument("--profile", default=DEFAULT_PROFILE, help="simulator profile (local mode)")
-    p.add_argument("--time-scale", type=float, default=1.0, help="local: scale *-ms timings")
-    p.add_argument("--concs", default="1 5 10 32")
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
-        "--waves", type=int, default=3, help="prompts per run = waves x CONC (unless NUM_PROMPTS)"
+        "--time-scale",
+        type=float_between(0, 10, low_open=True),
+        default=1.0,
+        help="local: scale *-ms timings",
     )
-    p.add_argument("--output", default=DEFAULT_OUTPUT, help="JSONL history (%(default)s)")
+    p.add_argument("--concs", default="1 5 10 32")
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument(
+        "--waves",
+        type=positive_int,
+        default=3,
+        help="prompts per run = waves x concurrency (unless --num-prompts)",
+    )
+    p.add_argument(
+        "--output", type=output_file, default=DEFAULT_OUTPUT, help="JSONL history (%(default)s)"
+    )
     return p
 
 
@@ -250,10 +268,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = parse_settings(args.settings)
         concs = parse_concs(args.concs)
-        if args.repeats < 1 or args.waves < 1:
-            raise CompareError("REPEATS and WAVES must be at least 1")
-        if not 0 < args.time_scale <= 10:
-            raise CompareError(f"TIME_SCALE={args.time_scale}: use a factor in (0, 10]")
         urls = parse_urls(args.urls, settings) if args.urls.strip() else None
         base = bench_config(rest, LOCAL_ENGINE_URL, PROG)
         fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
@@ -267,8 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ConfigError as exc:
                 raise CompareError(str(exc)) from None
     except (CompareError, ValueError, OSError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(exc))
 
     def run_one(config: Any) -> tuple[dict[str, Any], bool]:
         if not fixed_prompts:
@@ -286,9 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = "the given endpoints"
             try:
                 check_same_model(sides, [identity(s) for s in sides])
+            except TargetNotReady as exc:  # as qwen-npu bench: a target that does not answer is 1
+                return fail(PROG, str(exc), EXIT_FAILED)
             except CompareError as exc:
-                print(f"{PROG}: {exc}", file=sys.stderr)
-                return 2
+                return fail(PROG, str(exc))
         print(f"mtp-tune: settings {', '.join(s.label for s in sides)} on {where}", flush=True)
 
         tag = f"mtp-tune-{time.time():.0f}"
@@ -315,5 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if all(r.get("verdict") == "pass" for r in records) else 1
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the CLI's edge too: qwen-npu mtp-tune
+    from qwen_npu.cli import main as cli_main
+
+    raise SystemExit(cli_main(["mtp-tune", *sys.argv[1:]]))

@@ -10,13 +10,16 @@
 #   engine-assets.sh name    triton|kernel ARCH CHIP   the release file name
 #   engine-assets.sh key     triton|kernel ARCH CHIP   the versions.env key of its sha256
 #   engine-assets.sh fetch   triton|kernel DIR         download this machine's asset into DIR, check it
-#   engine-assets.sh digests                           KEY=sha256 for every chip and architecture
+#   engine-assets.sh digests                           KEY=sha256 for every chip and architecture,
+#                                                      or a `# KEY:` line naming an asset the
+#                                                      release does not have (its HTTP status)
 #
 # Inputs (environment, the build arguments): TRITON_ASCEND_VERSION, TRITON_ASCEND_URL,
 # SGL_KERNEL_NPU_VERSION, SGL_KERNEL_NPU_URL, NPU_TORCH_VERSION, CANN_VERSION,
 # ENGINE_PYTHON_VERSION, CHIP (fetch), and the digest keys TRITON_ASCEND_SHA256_<ARCH>,
 # SGL_KERNEL_NPU_SHA256_<CHIP>_<ARCH>. ENGINE_ASSETS_ARCH overrides `uname -m` (tests).
-# Exit: 0, 2 (bad use or an empty input), 3 (download failed), 4 (sha256 mismatch).
+# Exit: 0, 2 (bad use or an empty input), 3 (download failed; `digests`: after trying every asset,
+# when one is missing), 4 (sha256 mismatch).
 set -euo pipefail
 
 ARCHES=(x86_64 aarch64)
@@ -105,23 +108,38 @@ fetch() {  # KIND DIR
 }
 
 ASSETS_TMP=""
-digests() {
-    local tmp arch chip file
+MISSING=0
+digest_of() {  # KIND ARCH CHIP DIR: KEY=sha256 on stdout, or a `# KEY:` line and a WARNING line
+    local kind="$1" arch="$2" chip="$3" dir="$4" file digest_key link status
+    file="$(name "$kind" "$arch" "$chip")"
+    digest_key="$(key "$kind" "$arch" "$chip")"
+    link="$(url "$kind" "$file")"
+    # on a failure, the HTTP status: a 404 is an asset the release does not have
+    if status="$(curl -fsSL --retry 3 -o "$dir/$file" -w '%{http_code}' "$link" 2>/dev/null)"; then
+        echo "$digest_key=$(sha256sum "$dir/$file" | cut -d' ' -f1)"
+    else
+        MISSING=$((MISSING + 1))
+        if [ -z "$status" ] || [ "$status" = 000 ]; then status=unreachable; fi
+        echo "# $digest_key: no $file in the release (HTTP $status at $link)"
+        echo "qwen_npu.build level=WARNING event=asset_missing asset=$file chip=${chip:-any} arch=$arch status=$status url=$link" >&2
+    fi
+    rm -f "$dir/$file"
+}
+
+digests() {  # every asset, per chip and architecture, whether each exists or not
+    local tmp arch chip
     tmp="$(mktemp -d)"
     ASSETS_TMP="$tmp"  # global: the EXIT trap runs after this function's locals are gone
     trap 'rm -rf "${ASSETS_TMP}"' EXIT
     for arch in "${ARCHES[@]}"; do
-        file="$(name triton "$arch" "")"
-        download "$(url triton "$file")" "$tmp/$file"
-        echo "$(key triton "$arch" "")=$(sha256sum "$tmp/$file" | cut -d' ' -f1)"
-        rm -f "$tmp/$file"
+        digest_of triton "$arch" "" "$tmp"
         for chip in "${CHIPS[@]}"; do
-            file="$(name kernel "$arch" "$chip")"
-            download "$(url kernel "$file")" "$tmp/$file"
-            echo "$(key kernel "$arch" "$chip")=$(sha256sum "$tmp/$file" | cut -d' ' -f1)"
-            rm -f "$tmp/$file"
+            digest_of kernel "$arch" "$chip" "$tmp"
         done
     done
+    if [ "$MISSING" -gt 0 ]; then
+        die 3 "assets_missing count=$MISSING next=\"the release does not publish those (the # lines above): pin a release that has them, or build only the chips and architectures it has (docs/images.md)\""
+    fi
 }
 
 case "${1:-}" in

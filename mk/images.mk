@@ -98,7 +98,8 @@ push-fetch: ## push the fetch image (REGISTRY, TAG; after make image-fetch)
 # The sha256 of every release download the engine image takes (triton-ascend per architecture,
 # sgl-kernel-npu per chip and architecture), as KEY=value lines to paste into docker/versions.env.
 # It downloads them (about 1 GB): run it where the release pages are reachable, and read the digests
-# against the release page before pasting.
+# against the release page before pasting. Every asset is tried: one the release does not publish
+# gets a `# KEY: ... (HTTP 404 at <url>)` line, and the run then exits 3 (docker/engine-assets.sh).
 image-digests: ## print the release downloads' sha256 lines for docker/versions.env (needs github.com)
 	@TRITON_ASCEND_VERSION=$(TRITON_ASCEND_VERSION) SGL_KERNEL_NPU_VERSION=$(SGL_KERNEL_NPU_VERSION) \
 		NPU_TORCH_VERSION=$(NPU_TORCH_VERSION) CANN_VERSION=$(CANN_VERSION) ENGINE_PYTHON_VERSION=$(ENGINE_PYTHON_VERSION) \

@@ -335,3 +335,67 @@ def test_make_image_digests_prints_every_key_from_the_downloads(
     printed = dict(line.split("=", 1) for line in done.stdout.splitlines())
     assert printed == expected
     assert set(printed) == {k for k in versions if "_SHA256_" in k}
+
+
+def test_image_digests_names_per_chip_and_arch_what_the_release_has_and_a_404(
+    repo: Path, versions: dict[str, str], tmp_path: Path
+) -> None:
+    """`make image-digests` (engine-assets.sh digests) against a stand-in release server on
+    loopback that lacks one asset (sgl-kernel-npu's 910b zip for aarch64, as a release may): every
+    other asset gets its KEY=sha256 line, the missing one a `# KEY:` line naming the file and the
+    404, and the run ends in one line and exit 3, not at the first miss (issue 41)."""
+    import http.server
+    import threading
+    from functools import partial
+
+    env = {k: versions[k] for k in ENGINE_PINS}
+    root = tmp_path / "site"
+    expected: dict[str, str] = {}
+    absent = ("kernel", "aarch64", "910b")
+    for kind, chips in (("triton", [""]), ("kernel", ["910b", "a3"])):
+        for arch in ("x86_64", "aarch64"):
+            for chip in chips:
+                name = _assets(repo, env, "name", kind, arch, chip or "910b").stdout.strip()
+                key = _assets(repo, env, "key", kind, arch, chip or "910b").stdout.strip()
+                if (kind, arch, chip) == absent:
+                    missing = (key, name)
+                    continue
+                folder = root / (
+                    f"triton/v{versions['TRITON_ASCEND_VERSION']}"
+                    if kind == "triton"
+                    else f"kernel/{versions['SGL_KERNEL_NPU_VERSION']}"
+                )
+                folder.mkdir(parents=True, exist_ok=True)
+                data = f"{kind} {arch} {chip}".encode()
+                (folder / name).write_bytes(data)
+                expected[key] = hashlib.sha256(data).hexdigest()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=root))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        env |= {"TRITON_ASCEND_URL": f"{base}/triton", "SGL_KERNEL_NPU_URL": f"{base}/kernel"}
+        done = _assets(repo, env, "digests")
+        (root / "kernel" / versions["SGL_KERNEL_NPU_VERSION"] / missing[1]).write_bytes(b"now")
+        complete = _assets(repo, env, "digests")
+    finally:
+        server.shutdown()
+        thread.join()
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    found = dict(x.split("=", 1) for x in done.stdout.splitlines() if not x.startswith("#"))
+    assert found == expected and len(found) == 5
+    (comment,) = [x for x in done.stdout.splitlines() if x.startswith("#")]
+    url = f"{base}/kernel/{versions['SGL_KERNEL_NPU_VERSION']}/{missing[1]}"
+    assert comment == f"# {missing[0]}: no {missing[1]} in the release (HTTP 404 at {url})"
+    warning, error = done.stderr.splitlines()
+    assert all(LINE.fullmatch(x) for x in (warning, error))
+    assert f"event=asset_missing asset={missing[1]} chip=910b arch=aarch64 status=404 " in warning
+    assert "event=assets_missing count=1 " in error
+    assert complete.returncode == 0, complete.stderr
+    assert len(complete.stdout.splitlines()) == 6 and complete.stderr == ""

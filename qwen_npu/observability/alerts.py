@@ -309,7 +309,7 @@ NPU = AlertGroup("qwen-npu.npu", (CHIP_UNHEALTHY, HBM_NEAR_FULL))
 #
 # A replica drains on SIGTERM (in-flight requests finish, /health answers 503, the sidecar reports
 # ``qwen_npu_engine_draining``); one still draining after 15 minutes holds a rollout and its
-# accelerators. The router (``smg_*`` metrics, observability/router_metrics.py) stops sending
+# accelerators. The router (``smg_*`` metrics, metrics/external.py) stops sending
 # to a worker whose health checks failed; one ejected for 2 minutes serves nobody while still
 # counted as a replica. Both link to their docs/runbook.md sections.
 

@@ -19,8 +19,7 @@ import yaml
 
 from qwen_npu.metrics import catalogue
 from qwen_npu.metrics import sglang as sglang_metrics
-from qwen_npu.metrics.npu_exporter import NPU_EXPORTER_METRICS
-from qwen_npu.metrics.router import ROUTER_METRICS
+from qwen_npu.metrics.external import NPU_EXPORTER_METRICS, ROUTER_METRICS
 from qwen_npu.observability import (
     alerts,
     autoscaling,
@@ -82,8 +81,8 @@ def known_series() -> dict[str, str]:
     lists = (
         ("qwen_npu/metrics/catalogue.py", catalogue.CATALOGUE),
         ("qwen_npu/metrics/sglang.py", sglang_metrics.SGLANG_METRICS),
-        ("qwen_npu/metrics/npu_exporter.py", NPU_EXPORTER_METRICS),
-        ("qwen_npu/metrics/router.py", ROUTER_METRICS),
+        ("qwen_npu/metrics/external.py", NPU_EXPORTER_METRICS),
+        ("qwen_npu/metrics/external.py", ROUTER_METRICS),
         ("qwen_npu/observability/alerts_*.py (recording rules)", alerts.all_recordings()),
     )
     for where, specs in lists:

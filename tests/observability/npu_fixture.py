@@ -1,6 +1,6 @@
 """A tiny stand-in for MindCluster's npu-exporter: serves ``npu_chip_info_*`` on 127.0.0.1.
 
-The series names and labels come from ``qwen_npu.metrics.npu_exporter`` (the list
+The series names and labels come from ``qwen_npu.metrics.external`` (the list
 the dashboards and alerts are checked against); the values are what a test dials in per chip.
 """
 
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from qwen_npu.metrics.npu_exporter import NPU_EXPORTER_METRICS
+from qwen_npu.metrics.external import NPU_EXPORTER_METRICS
 
 Chip = Mapping[str, str]  # label -> value
 

@@ -71,7 +71,7 @@ QUIET = {
     "QwenNpuReplicaStuckDraining",
 }
 # No router runs in this stack: its smg_* series come from the real router in tests/proofs
-# (which checks it exports every series of observability/router_metrics.py).
+# (which checks it exports every series of metrics/external.py).
 NO_ROUTER = {"QwenNpuRouterWorkerEjected"}
 _NO_ROUTER_PANEL = "no router in this stack; tests/proofs scrapes the real router"
 # Panels that may legitimately come back empty on this stack, with the reason.

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.metrics.router import ROUTER_METRICS
+from qwen_npu.metrics.external import ROUTER_METRICS
 from tools.proofs import failover
 
 pytestmark = pytest.mark.slow

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, CliSettingsSource, CliSuppress, SettingsConfigDict
 
+from qwen_npu.checkpoint.model_config import ModelConfigError, read_model_config
 from qwen_npu.cli_parser import OneLineParser, field_number
 from qwen_npu.ports import LOCAL_ENGINE_URL, SIDECAR_PORT
 
@@ -249,6 +250,14 @@ def load_settings(*, cli: CliSettingsSource[Settings] | None = None, **overrides
                 f"setting {env_name(field)} = {str(path)!r}: cannot read the file ({reason}); "
                 "mount it or unset the variable"
             ) from None
+    if settings.model_dir is not None:  # read now, as the golden file is: a start error
+        try:
+            read_model_config(settings.model_dir, environ={})
+        except ModelConfigError as exc:
+            where = env_name("model_dir") + (
+                f" / {FLAGS['model_dir']}" if "model_dir" in FLAGS else ""
+            )
+            raise SettingsError(f"setting {where}: {exc}") from None
     return settings
 
 

@@ -230,3 +230,14 @@ def test_docs_cli_has_every_verb_and_every_shared_code() -> None:
     assert listed == set(VERBS), f"docs/cli.md lacks {set(VERBS) - listed}"
     codes = {v for k, v in vars(shared).items() if k.startswith("EXIT_")}
     assert all(f"\n| {code} | " in page for code in codes), codes
+
+
+def test_oncall_outside_make_says_its_errors_in_the_one_shape(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from qwen_npu.cli import main
+
+    assert main(["oncall", "patch-off"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("qwen-npu oncall: error: patch-off: set --patch=<name>, one of: ")
+    assert len(err.splitlines()) == 1

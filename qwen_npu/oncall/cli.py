@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from qwen_npu.cli_parser import OneLineParser, port
+from qwen_npu.cli_parser import OneLineParser, error_line, port
 from qwen_npu.oncall import release as rel
 from qwen_npu.patches.registry import PATCHES
 from qwen_npu.ports import ENGINE_PORT, SIDECAR_PORT
@@ -358,8 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             oc.rollback(args.revision)
     except Stop as stop:
-        if stop.message:  # errors on stderr, as every verb's
-            print(stop.message, file=sys.stderr, flush=True)
+        if stop.message:  # errors on stderr, as every verb's; in the verbs' one shape
+            # (docs/cli.md) unless under make, whose messages name its targets and variables
+            said = stop.message.removeprefix(f"{PROG} ")
+            line = stop.message if oc.via_make else error_line(PROG, said)
+            print(line, file=sys.stderr, flush=True)
         return stop.code
     return 0
 

@@ -209,9 +209,12 @@ def traffic() -> list[dict[str, Any]]:
         dims = {key: shape[key] for key in ("heads", "value_heads", "v", "k")}
         for batch in TRAFFIC_BATCHES:
             # SGLang's decode hands q, k, v, a and b as views of its packed projections
-            common = {"batch": batch, "sizes": _sizes(shape), "split_views": True, **dims}
-            copy = gdn.decode_traffic(gdn.COPY, **common)
-            in_place = gdn.decode_traffic(gdn.IN_PLACE, **common)
+            copy, in_place = (
+                gdn.decode_traffic(
+                    route, batch=batch, sizes=_sizes(shape), split_views=True, **dims
+                )
+                for route in (gdn.COPY, gdn.IN_PLACE)
+            )
             own_state = 2 * batch * shape["value_heads"] * shape["v"] * shape["k"] * shape["state"]
             rows.append({
                 "model": size, "batch": batch, **shape,

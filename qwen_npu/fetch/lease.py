@@ -35,6 +35,20 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def live_holder(path: Path, clock: Callable[[], float] = time.time) -> dict[str, Any] | None:
+    """The lock's holder while its lease is live (the fetch renews it every lease/3), else None:
+    a fetch that stopped (Ctrl-C releases the lock; a killed one's lease runs out) holds nothing,
+    whatever its last progress file says."""
+    holder = _read(path)
+    if holder is None:
+        return None
+    try:
+        expires = float(holder.get("expires", 0))
+    except (TypeError, ValueError):
+        return None
+    return holder if expires >= clock() else None
+
+
 class Lease:
     """``with Lease(path, seconds).held(): ...`` holds the lock, renewing it every seconds/3."""
 

@@ -14,12 +14,14 @@ import time
 
 from qwen_npu.fetch.errors import EXIT_FAILED, EXIT_TIMEOUT, FetchError
 from qwen_npu.fetch.layout import Revision, Store
+from qwen_npu.fetch.lease import live_holder
 from qwen_npu.fetch.source import Source
 from qwen_npu.log import PartLog
 
 log = PartLog("fetch")
 
-STALE_SECONDS = 300.0  # no progress written for this long: the fetch is not running
+#: A live lease (lease.live_holder) says a fetch runs; no progress for this long: it is stuck.
+STALE_SECONDS = 300.0
 
 
 def matches(marker: dict[str, object] | None, source: Source) -> bool:
@@ -70,9 +72,12 @@ def wait(
             )
         if time.monotonic() - logged >= interval:
             logged = time.monotonic()
+            # A fetch runs while its lease is live, not while its progress file is recent: an
+            # interrupted fetch leaves the file behind (issue 40), its lock goes with it.
+            holder = live_holder(store.lock)
             progress = store.read_progress() or {}
             age = time.time() - float(progress.get("updated", time.time()))
-            if progress and age > STALE_SECONDS:
+            if progress and (holder is None or age > STALE_SECONDS):
                 progress = {"stale_s": int(age)}
             log(
                 "info",
@@ -86,8 +91,9 @@ def wait(
                 rate_mb_s=progress.get("rate_mb_s"),
                 eta_s=progress.get("eta_s"),
                 stale_s=progress.get("stale_s"),
+                fetching=holder.get("owner") if holder else None,
                 next="the staging Job is fetching"
-                if progress and "stale_s" not in progress
+                if holder is not None and "stale_s" not in progress
                 else "no fetch is running: check that the staging Job exists and its log",
             )
         time.sleep(poll)

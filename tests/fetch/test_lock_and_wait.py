@@ -19,6 +19,7 @@ import pytest
 from fixtures.checkpoints import write_checkpoint
 from fixtures.hubserver import Hub, Repo
 from qwen_npu.fetch.layout import Store
+from qwen_npu.fetch.lease import Lease
 from qwen_npu.fetch.source import parse_source
 from qwen_npu.fetch.wait import wait
 from tests.fetch.conftest import BIG, FAST, RunFetch, error_line
@@ -90,19 +91,21 @@ def test_should_wait_for_marker_of_that_revision_logging_progress(
     store.write_progress(
         {"bytes": 5, "total_bytes": 10, "percent": 50.0, "rate_mb_s": 1.0, "eta_s": 5}
     )
-    # Nothing complete yet: the wait logs the fetch's progress and times out (exit 4).
-    code, _, err = run_fetch(
-        "wait",
-        str(dest),
-        "--source",
-        "hf://org/model",
-        "--timeout",
-        "0.2",
-        "--log-every",
-        "0.05",
-        "--poll",
-        "0.05",
-    )
+    # Nothing complete yet: the wait logs the running fetch's progress (a fetch holds the lease)
+    # and times out (exit 4).
+    with Lease(store.lock, seconds=60).held():
+        code, _, err = run_fetch(
+            "wait",
+            str(dest),
+            "--source",
+            "hf://org/model",
+            "--timeout",
+            "0.2",
+            "--log-every",
+            "0.05",
+            "--poll",
+            "0.05",
+        )
     assert code == 4
     assert "event=waiting" in err and "percent=50.0" in err and "eta_s=5" in err
     assert "no complete fetch of hf://org/model" in error_line(err)

@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The qwen-npu sidecar image: `qwen-npu sidecar` (health probes, /status, qwen_npu_* metrics) beside
 # the engine. No torch, no SGLang: qwen-npu[sidecar] only, pinned by pyproject.toml's extra and
-# docker/sidecar-constraints.txt (what the extra pulls in).
+# docker/sidecar-constraints.txt (its lock: `make sidecar-constraints` compiles it with pip-tools).
 # Non-root, nothing written at run time (read-only root file system), under 200 MB.
 #   make image-sidecar
 # Versions come from docker/versions.env alone: no ARG repeats one as a default; `make image-sidecar`

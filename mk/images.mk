@@ -121,19 +121,26 @@ SHELL_SCRIPTS = $(shell git ls-files -co --exclude-standard | while read -r f; d
 WHEELHOUSE := .venv-wheels/sidecar
 images-wheelhouse: $(WHEELHOUSE)/.complete
 
-# The sidecar extra's own pins, read from pyproject.toml (their one home; the constraints file holds
-# only what they pull in).
-SIDECAR_EXTRA = $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['sidecar']))")
-
 $(WHEELHOUSE)/.complete: docker/sidecar-constraints.txt pyproject.toml
 	@echo ">> downloading the sidecar's pinned wheels into $(WHEELHOUSE) (once)"
 	@mkdir -p $(WHEELHOUSE)
 	@$(DOWNLOAD_PIP) download -q --progress-bar off -d $(WHEELHOUSE) --only-binary=:all: \
-		-r docker/sidecar-constraints.txt $(SIDECAR_EXTRA) \
+		-r docker/sidecar-constraints.txt \
 		"hatchling==$$(sed -n 's/.*"hatchling==\([^"]*\)".*/\1/p' pyproject.toml)" $(QUIET_PIP)
 	@touch $@
 
 TEST_DEPS += images-wheelhouse tools-shellcheck
+
+# The sidecar image's lock: pip-compile resolves pyproject.toml's sidecar extra (the input) for the
+# sidecar's Python into docker/sidecar-constraints.txt (checked in). A maintainer's verb: it asks
+# the package index, so make test does not run it (tests/docker/test_sidecar_env.py checks the
+# lock against the extra offline, and rebuilds the environment from it).
+.PHONY: sidecar-constraints
+sidecar-constraints: $(STAMP) ## re-lock docker/sidecar-constraints.txt from the sidecar extra (pip-compile; asks PyPI)
+	@test "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(SIDECAR_PYTHON_VERSION)" \
+		|| { echo "make sidecar-constraints: .venv's Python is not SIDECAR_PYTHON_VERSION=$(SIDECAR_PYTHON_VERSION) (docker/versions.env)"; exit 2; }
+	CUSTOM_COMPILE_COMMAND="make sidecar-constraints" $(BIN)/pip-compile --quiet --extra sidecar \
+		--strip-extras --no-emit-index-url --no-emit-find-links --output-file docker/sidecar-constraints.txt pyproject.toml
 
 # The sidecar environment's size and start time, measured here (no Docker): out/perf/images.md.
 .PHONY: perf-images

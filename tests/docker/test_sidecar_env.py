@@ -1,8 +1,8 @@
 """The sidecar image's Python environment, rebuilt here in a fresh venv the way the Dockerfile
 builds it: the wheel from this checkout, `pip install <wheel>[sidecar]` (the extra's own pins
-from the wheel's metadata) held by docker/sidecar-constraints.txt (what they pull in), pip
-removed. Then `qwen-npu sidecar` starts from it, answers /livez, passes the image's own
-HEALTHCHECK and writes nothing (read-only root file system).
+from the wheel's metadata) held by docker/sidecar-constraints.txt (the extra's lock, compiled by
+pip-tools), pip removed. Then `qwen-npu sidecar` starts from it, answers /livez, passes the
+image's own HEALTHCHECK and writes nothing (read-only root file system).
 
 Offline: the wheels come from .venv-wheels/sidecar, filled by `make images-wheelhouse` (a
 prerequisite of `make test`).
@@ -112,12 +112,14 @@ def _extra(repo: Path) -> dict[str, str]:
     return _pins(match.group(1))
 
 
-def test_the_constraints_do_not_repeat_the_sidecar_extra(repo: Path) -> None:
-    """The extra's pins live in pyproject.toml alone; the constraints file, what they pull in."""
-    extra = _extra(repo)
-    locked = _pins((repo / "docker" / "sidecar-constraints.txt").read_text())
-    assert extra and locked
-    assert not set(extra) & set(locked), sorted(set(extra) & set(locked))
+def test_the_lock_is_compiled_from_the_sidecar_extra(repo: Path) -> None:
+    """docker/sidecar-constraints.txt is pip-compile's lock of pyproject.toml's sidecar extra
+    (`make sidecar-constraints`): it holds each of the extra's pins at the extra's version, so an
+    extra changed without a new lock fails here, offline."""
+    text = (repo / "docker" / "sidecar-constraints.txt").read_text()
+    extra, locked = _extra(repo), _pins(text)
+    assert "make sidecar-constraints" in text and len(locked) > len(extra) > 0
+    assert {name: locked.get(name) for name in extra} == extra
 
 
 def test_the_fresh_env_is_exactly_the_constraints_and_has_no_torch(

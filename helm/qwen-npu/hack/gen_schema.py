@@ -129,6 +129,56 @@ def _node(path: str, value: Any, notes: dict[str, tuple[str, dict[str, Any]]]) -
     return node
 
 
+# What Kubernetes itself refuses at install time, refused here at `helm install` instead, with the
+# key named (issue 40): the formats of the API's own fields, by the value keys that feed them.
+#: resource.Quantity (k8s.io/apimachinery: a decimal, then a binary or decimal SI suffix or an
+#: exponent), as a string or a number.
+QUANTITY = {
+    "type": ["string", "number"],
+    "pattern": r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$",
+    "minimum": 0,
+}
+#: A container resources block: requests and limits of quantities (and DRA claims).
+RESOURCES = {
+    "type": "object",
+    "additionalProperties": False,
+    "patternProperties": {
+        "^(requests|limits)$": {"type": "object", "additionalProperties": QUANTITY},
+        "^claims$": {"type": "array"},
+    },
+}
+#: An image tag (the distribution spec's grammar); "" takes the chart's default.
+IMAGE_TAG = r"^$|^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+#: A DNS-1123 label (object names are built from it); "" takes the chart's default.
+DNS_LABEL = {"pattern": r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}
+#: IntOrString as a count or a percentage (a PodDisruptionBudget's, a rolling update's).
+INT_OR_PERCENT = {"type": ["integer", "string"], "minimum": 0, "pattern": r"^[0-9]+%$"}
+_BY_KEY: dict[str, dict[str, Any]] = {
+    "resources": RESOURCES,
+    "tag": {"pattern": IMAGE_TAG},
+    "nameOverride": DNS_LABEL,
+    "fullnameOverride": DNS_LABEL,
+    "maxUnavailable": INT_OR_PERCENT,
+    "minAvailable": INT_OR_PERCENT,
+    "maxSurge": INT_OR_PERCENT,
+}
+
+
+def _kubernetes_formats(node: dict[str, Any]) -> None:
+    """Add the API's formats (``_BY_KEY``) under ``node``, and make every key whose default is an
+    object required: `engine: null` deletes the key in Helm's coalescing, and the templates then
+    fail with a nil pointer instead of a message naming the value."""
+    children: dict[str, Any] = node.get("properties", {})
+    objects = [key for key, child in children.items() if "properties" in child]
+    if objects:
+        node["required"] = objects
+    for key, child in children.items():
+        rule = _BY_KEY.get(key)
+        if rule is not None and "properties" not in child:
+            child.update(rule)
+        _kubernetes_formats(child)
+
+
 def build_schema(values_text: str) -> dict[str, Any]:
     """The JSON schema for a values.yaml text."""
     data = yaml.safe_load(values_text)
@@ -145,6 +195,7 @@ def build_schema(values_text: str) -> dict[str, Any]:
 
     draft = root["properties"]["mtp"]["properties"]["numDraftTokens"]
     draft["maximum"] = VERIFY_MAX_DRAFT_TOKENS
+    _kubernetes_formats(root)
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "qwen-npu chart values",

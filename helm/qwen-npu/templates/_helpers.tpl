@@ -25,6 +25,19 @@ contains the chart name. Truncated to 63 characters (some fields are DNS labels)
 {{- end }}
 {{- end }}
 
+{{/*
+The name of one of the release's objects: <fullname>-<suffix> (engine, router, canary, ...), the
+fullname truncated first so that the whole name fits 63 characters (a DNS label) the Helm way
+(`trunc | trimSuffix "-"`): a 53-character release name must not make `<release>-qwen-npu-engine`
+64 or more. Call with (list $ "suffix"); every reference to such an object uses the same helper.
+*/}}
+{{- define "qwen-npu.componentName" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- $base := include "qwen-npu.fullname" $root | trunc (int (sub 62 (len $suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $base $suffix }}
+{{- end }}
+
 {{/* chart-version label value. */}}
 {{- define "qwen-npu.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}

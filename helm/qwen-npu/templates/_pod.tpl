@@ -329,7 +329,7 @@ spec:
     {{- if $v.sidecar.canaryGolden }}
     - name: canary
       configMap:
-        name: {{ include "qwen-npu.fullname" $root }}-canary
+        name: {{ include "qwen-npu.componentName" (list $root "canary") }}
     {{- end }}
     {{- include "qwen-npu.npuVolumes" $root | nindent 4 }}
     {{- with $v.extraVolumes }}

@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from qwen_npu.checkpoint import model_config
-from qwen_npu.cli_parser import OneLineParser, fail
+from qwen_npu.cli_parser import OneLineParser, error_line, fail
 from qwen_npu.log import PartLog, line
 from qwen_npu.patches import buildcheck, core, gdn_contract, hook, modes, state
 from qwen_npu.patches.registry import (
@@ -278,8 +278,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
         known = ", ".join(p.name for p in PATCHES)
         print(
-            f"{ENV_DISABLE}: unknown patch name(s) {', '.join(unknown)}; "
-            f"use 'all' or one of: {known} (chart value patches.disabled)",
+            error_line(
+                "qwen-npu patches verify",
+                f"{ENV_DISABLE}: unknown patch name(s) {', '.join(unknown)}; "
+                f"use 'all' or one of: {known} (chart value patches.disabled)",
+            ),
             file=sys.stderr,
         )
     if args.json:
@@ -378,8 +381,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     try:
         info = get_patch(args.name)
     except KeyError as exc:
-        print(f"qwen-npu patches explain: {exc.args[0]}", file=sys.stderr)
-        return 2
+        return fail("qwen-npu patches explain", str(exc.args[0]))
     recorded = (state.read_state(state.state_dir_from_env()) or {}).get("patches", {})
     entry = recorded.get(info.name)
     lines = [

@@ -105,7 +105,8 @@ def test_verify_strict_fails_on_a_misspelt_kill_switch(
     assert code == 1  # the typo switched nothing off: strict must not pass it
     assert "mtp-modelslim-unquant           applied" in out
     assert (
-        "QWEN_NPU_DISABLE_PATCHES: unknown patch name(s) mtp-modelslim-unqant; use 'all' or one "
+        "qwen-npu patches verify: error: QWEN_NPU_DISABLE_PATCHES: unknown patch name(s) "
+        "mtp-modelslim-unqant; use 'all' or one "
         "of: " + ", ".join(p.name for p in PATCHES) + " (chart value patches.disabled)"
     ) in err.splitlines()
     code, out, _ = run(capsys, "verify", "--strict", "--json")

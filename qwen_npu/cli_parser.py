@@ -20,7 +20,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 #: The exit codes every verb shares (docs/cli.md): one meaning each across the package.
 EXIT_OK = 0
@@ -50,7 +53,7 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, error_line(self.prog, f"{message}; see: {self.prog} --help\n"))
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """As argparse's, without swallowing a write error: a closed stdout under ``--help`` is
         the edge's (``run_verb``: exit 141), not a silent exit 0."""
         if message:

@@ -9,7 +9,7 @@
 #   make status                              release history, user values, pods, the sidecar's /status,
 #                                            the router's view of its workers (when router.enabled)
 #   make -s engine-ref                       the engine's workload as kubectl names it (deployment/<name>)
-# Variables: RELEASE (qwen-npu), NAMESPACE (default), CHART (helm/qwen-npu), ROLLOUT_TIMEOUT (35m:
+# Variables: RELEASE (qwen-npu), NAMESPACE (default), CHART (the checkout's helm/qwen-npu, by absolute path), ROLLOUT_TIMEOUT (35m:
 # a Recreate rollout reloads the model, up to the chart's startup budget of 30 min), HELM, KUBECTL,
 # ONCALL_PYTHON (python3: the switches need the standard library only), SIDECAR_PORT, ROUTER_PORT,
 # VALUES_MODE. Their defaults are `qwen-npu oncall`'s own (qwen_npu/oncall/cli.py): a variable left

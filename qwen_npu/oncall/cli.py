@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from qwen_npu.cli_parser import OneLineParser, error_line, port
 from qwen_npu.oncall import release as rel
@@ -137,6 +139,13 @@ class OnCall:
     # -- steps ------------------------------------------------------------------------------------
 
     def upgrade(self, *set_args: str) -> None:
+        if not self.chart:
+            var = self.var("CHART", "--chart")
+            raise Stop(
+                f"{self.prog}: no chart beside this installation; set {var}= the chart of the "
+                "deployed revision (a folder, a .tgz or oci://...)",
+                2,
+            )
         self.run(
             [*self.helm, "upgrade", self.release, self.chart, "--namespace", self.namespace,
              self.values_mode, *set_args],
@@ -308,15 +317,59 @@ class OnCall:
         )  # fmt: skip
 
 
+#: A Helm release name (Helm's own rule: a DNS-1123 subdomain of at most 53 characters).
+_RELEASE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A Go duration as helm and kubectl take it (--timeout): 35m, 1h30m, 90s.
+_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")
+
+
+def release_name(text: str) -> str:
+    if len(text) > 53 or not _RELEASE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Helm release name (lower-case letters, digits, '-' and '.', at "
+            "most 53 characters)"
+        )
+    return text
+
+
+def namespace_name(text: str) -> str:
+    if len(text) > 63 or not _DNS_LABEL.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Kubernetes namespace (lower-case letters, digits and '-')"
+        )
+    return text
+
+
+def duration(text: str) -> str:
+    if not _DURATION.match(text) or not any(c in "123456789" for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive duration such as 35m, 1h30m or 90s"
+        )
+    return text
+
+
+def checkout_chart() -> str | None:
+    """The chart beside the package in a checkout (absolute: not relative to the current
+    folder), or None when the package runs from a wheel (then --chart is required)."""
+    chart = Path(__file__).resolve().parents[2] / "helm" / "qwen-npu"
+    return str(chart) if (chart / "Chart.yaml").is_file() else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("switch", choices=SWITCHES)
-    p.add_argument("--release", default="qwen-npu")
-    p.add_argument("--namespace", default="default")
-    p.add_argument("--chart", default="helm/qwen-npu", help="the chart of the deployed revision")
+    p.add_argument("--release", type=release_name, default="qwen-npu")
+    p.add_argument("--namespace", type=namespace_name, default="default")
+    p.add_argument(
+        "--chart",
+        default=None,
+        help="the chart of the deployed revision: a folder, a .tgz or a repo/OCI reference "
+        "(default: the checkout's helm/qwen-npu beside this package, wherever you run it from)",
+    )
     p.add_argument("--helm", default="helm", help="helm command (may carry flags)")
     p.add_argument("--kubectl", default="kubectl", help="kubectl command (may carry flags)")
-    p.add_argument("--timeout", default="35m", help="rollout and readiness wait")
+    p.add_argument("--timeout", type=duration, default="35m", help="rollout and readiness wait")
     p.add_argument(
         "--values-mode",
         default="--reuse-values",
@@ -336,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         switch=args.switch,
         release=args.release,
         namespace=args.namespace,
-        chart=args.chart,
+        chart=args.chart if args.chart is not None else (checkout_chart() or ""),
         helm=shlex.split(args.helm),
         kubectl=shlex.split(args.kubectl),
         timeout=args.timeout,

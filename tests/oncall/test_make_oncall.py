@@ -12,6 +12,7 @@ import pytest
 
 from qwen_npu.patches.registry import PATCHES as REGISTRY
 from tools import chart as chart_tool
+from tools.paths import CHART_DIR
 
 from .stand_ins import calls, errors, install, make, printed
 
@@ -68,7 +69,8 @@ def exec_readyz(call: list[str], namespace: str = "default") -> None:
 
 def helm_upgrade(release: str = "qwen-npu", namespace: str = "default") -> list[str]:
     """The switch's ``helm upgrade`` up to its ``--set``: the release's own values kept."""
-    return ["helm", "upgrade", release, "helm/qwen-npu", "--namespace", namespace, "--reuse-values"]
+    chart = str(CHART_DIR)  # the checkout's chart by absolute path, not relative to the folder
+    return ["helm", "upgrade", release, chart, "--namespace", namespace, "--reuse-values"]
 
 
 def test_mtp_off_upgrades_with_reuse_values_then_waits(repo: Path, env: dict[str, str]) -> None:

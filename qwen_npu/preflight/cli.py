@@ -16,13 +16,16 @@ import json
 import sys
 
 from qwen_npu.checkpoint.model_config import SSM_DTYPES
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, float_between
 from qwen_npu.hardware import chips
 from qwen_npu.preflight.checkpoint import InputError
 from qwen_npu.preflight.rules import SCHEMA_VERSION, Options, run_preflight
 
 EXIT_BAD_INPUT = 2
 PROG = "qwen-npu preflight"
+#: Above any NPU's HBM (910B 64 GiB, Ascend950 144 GiB) by far: a larger value is a typo, and the
+#: memory arithmetic must not run on it (1e308 overflowed it, blamed on the checkpoint).
+NPU_MEMORY_GB_MAX = 1024
 
 
 def _positive_int(text: str) -> int:
@@ -78,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--mtp", dest="mtp", action="store_true", default=None, help="MTP on (default)"
     )
     mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="MTP (NEXTN) off")
-    p.add_argument("--npu-memory-gb", type=_positive_float, default=64.0, help="GiB per NPU (64)")
+    p.add_argument(
+        "--npu-memory-gb",
+        type=float_between(0, NPU_MEMORY_GB_MAX, low_open=True),
+        default=64.0,
+        help=f"GiB per NPU (64; at most {NPU_MEMORY_GB_MAX})",
+    )
     p.add_argument(
         "--mem-fraction-static", type=_fraction, default=None, help="SGLang's static share (0.8)"
     )

@@ -51,10 +51,6 @@ class Source:
     revision: str | None = None
 
     @property
-    def is_hub(self) -> bool:
-        return self.scheme in HUBS
-
-    @property
     def location(self) -> str:
         """The SOURCE without its revision."""
         tail = f"/{self.prefix}" if self.prefix else ""

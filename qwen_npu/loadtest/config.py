@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from qwen_npu.loadtest.dataset import DatasetConfig
@@ -67,9 +67,6 @@ class BenchConfig:
     @property
     def vocab_size(self) -> int:
         return self.data.vocab_size
-
-    def with_concurrency(self, concurrency: int) -> BenchConfig:
-        return replace(self, concurrency=concurrency)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -137,9 +137,6 @@ class HealthTracker:
         return events
 
     # Derived values.
-    def reachable(self) -> bool:
-        return self.last_outcome is not None and not self.unreachable
-
     def up(self) -> bool:
         """The engine's HTTP server answers (any status, timeouts excluded)."""
         return self.last_outcome in ("ok", "unavailable", "unhealthy", "http_error")

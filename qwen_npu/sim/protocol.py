@@ -13,7 +13,7 @@ from typing import Any
 
 from qwen_npu.sim.config import SimConfig
 from qwen_npu.sim.scheduler import Chunk, Request
-from qwen_npu.sim.tokens import WORDS, text_to_ids
+from qwen_npu.sim.tokens import detokenize, text_to_ids
 
 
 class BadRequest(ValueError):
@@ -182,7 +182,7 @@ class NativeStream:
         """The SSE event of one engine step: the text and ids up to that step."""
         req = self.req
         new = req.tokens.ids[len(self.ids_parts) : ch.emitted]
-        self.text += "".join([WORDS[t & 4095] for t in new])
+        self.text += detokenize(new)
         self.ids_parts.extend([str(t) for t in new])
         fin = f'{{"type":"length","length":{ch.emitted}}}' if ch.finished else "null"
         spec = ""
@@ -208,7 +208,7 @@ class NativeStream:
 def native_body(req: Request, rid: str, now: float, num_steps: int) -> dict[str, Any]:
     ids = req.tokens.ids
     return {
-        "text": "".join([WORDS[t & 4095] for t in ids]),
+        "text": detokenize(ids),
         "output_ids": list(ids),
         "meta_info": meta_info(req, rid, True, now, num_steps),
     }
@@ -252,7 +252,7 @@ class OpenAIStream:
         """The SSE event(s) of one engine step: the new text, then the finish event."""
         finished = ch.finished
         ids = self.req.tokens.ids
-        delta = "".join([WORDS[t & 4095] for t in ids[self.sent : ch.emitted]])
+        delta = detokenize(ids[self.sent : ch.emitted])
         self.sent = ch.emitted
         out = b""
         if self.chat:
@@ -279,7 +279,7 @@ class OpenAIStream:
 
 
 def openai_body(req: Request, rid: str, model: str, chat: bool) -> dict[str, Any]:
-    text = "".join([WORDS[t & 4095] for t in req.tokens.ids])
+    text = detokenize(req.tokens.ids)
     choice: dict[str, Any] = {"index": 0}
     if chat:
         choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Sequence
 
 _MASK = (1 << 64) - 1
 _SYLLABLES = (
@@ -98,5 +99,6 @@ def stream_for(
     return TokenStream(base, vocab_size, garble_after)
 
 
-def detokenize(ids: list[int]) -> str:
+def detokenize(ids: Sequence[int]) -> str:
+    """The text of token ids (``WORDS``), as every response of the simulator writes it."""
     return "".join([WORDS[t & 4095] for t in ids])

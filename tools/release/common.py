@@ -5,7 +5,6 @@ signs, file signatures and their verification, the chart's version and the sourc
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -169,7 +168,3 @@ def source_record() -> dict[str, Any]:
         return proc.stdout.strip()
 
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")

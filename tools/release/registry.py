@@ -20,7 +20,6 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -320,16 +319,6 @@ class Registry:
             raise ReleaseError(f"registry {self.host}: blob {repo}@{digest}: digest mismatch")
         return body
 
-    def stream_blob(self, repo: str, digest: str, out: IO[bytes]) -> None:
-        """Copy a blob into `out`, checking its digest as it streams."""
-        hasher = hashlib.sha256()
-        with self.request("GET", f"/v2/{repo}/blobs/{digest}", repo=repo) as resp:
-            for chunk in iter(lambda: resp.read(CHUNK), b""):
-                hasher.update(chunk)
-                out.write(chunk)
-        if "sha256:" + hasher.hexdigest() != digest:
-            raise ReleaseError(f"registry {self.host}: blob {repo}@{digest}: digest mismatch")
-
     def tags(self, repo: str) -> list[str]:
         with self.request("GET", f"/v2/{repo}/tags/list", repo=repo, ok=(200, 404)) as resp:
             if resp.status == 404:
@@ -342,8 +331,3 @@ class Registry:
             "DELETE", f"/v2/{repo}/manifests/{digest}", repo=repo, ok=(202, 404, 405)
         ) as resp:
             return bool(resp.status == 202)
-
-
-def iter_file(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as handle:
-        yield from iter(lambda: handle.read(CHUNK), b"")

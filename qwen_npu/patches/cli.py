@@ -365,7 +365,8 @@ def _explain_contract(
     no command line); when a command line was given, the link's own evidence says what it lacked."""
     steps: dict[str, list[str]] = {}
     for name in broken:
-        steps.setdefault(gdn_contract.NEXT[contract[name].verdict], []).append(name)
+        step = gdn_contract.NEXT[contract[name].verdict] or "see docs/patches.md"
+        steps.setdefault(step, []).append(name)
     for step, names in steps.items():
         print(f"gdn_contract next ({', '.join(names)}): {step}", file=sys.stderr)
     if accepted:

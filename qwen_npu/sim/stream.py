@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Callable
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from qwen_npu.sim.scheduler import Aborted, Engine
 from qwen_npu.sim.fastpath import RAW_SEND_KEY
+from qwen_npu.sim.scheduler import Aborted, Engine
 
 #: What a stream's events iterator yields: (event bytes, engine deadline or 0, last event?).
 Event = tuple[bytes, float, bool]

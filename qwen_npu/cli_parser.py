@@ -13,10 +13,14 @@ Standard library only (the engine image imports it).
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import math
 import os
+import select
 import sys
 import tempfile
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,8 +230,7 @@ _PATH_ERRORS = {
 
 def describe(exc: BaseException, argv: Sequence[str]) -> tuple[str, int] | None:
     """(one line, exit code) for an exception of the edge's kinds; None for any other."""
-    import errno
-    import json
+    # lazy: only an error loads ssl; bench's locust must patch ssl before anything imports it
     import ssl
 
     yaml = sys.modules.get("yaml")  # never imported here: only a verb that read YAML has it
@@ -281,8 +284,6 @@ def describe(exc: BaseException, argv: Sequence[str]) -> tuple[str, int] | None:
 
 def _stdout_closed() -> bool:
     """Whether stdout is a pipe whose reader has gone (a BrokenPipeError is then stdout's)."""
-    import select
-
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
@@ -342,8 +343,6 @@ def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | No
     """The ``Number`` for a pydantic field of type int or float (``Optional`` too), its bounds from
     the field's ``ge``/``gt``/``le`` limits; None for a field of another type. Duck-typed: no
     pydantic import here. ``none_words`` (for an optional field) pass through as text."""
-    import typing
-
     annotation = getattr(field, "annotation", None)
     kinds = [a for a in (typing.get_args(annotation) or (annotation,)) if a is not type(None)]
     if len(kinds) != 1 or kinds[0] not in (int, float):

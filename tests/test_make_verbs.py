@@ -58,7 +58,7 @@ def test_sim_and_mtp_tune_take_the_simulator_profile() -> None:
     assert SIM_DEFAULT, "mk/sim.mk defines SIM_PROFILE"
     assert f"--profile {SIM_DEFAULT.group(1)} " in _recipe(_make("sim").stdout, "sim")
     assert "--profile fast-test " in _recipe(_make("sim", "SIM_PROFILE=fast-test").stdout, "sim")
-    tune = _recipe(_make("mtp-tune", "SIM_PROFILE=fast-test").stdout, "tune")
+    tune = _recipe(_make("mtp-tune", "SIM_PROFILE=fast-test").stdout, "mtp-tune")
     assert "--profile fast-test " in tune
 
 

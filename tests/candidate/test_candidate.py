@@ -300,7 +300,8 @@ def test_bad_input_is_one_line(repo: Path) -> None:
     )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "sglang-candidate: --version 'not a version' is not a release number; pass one like 0.5.24"
+        "sglang-candidate: error: --version 'not a version' is not a release number; pass one "
+        "like 0.5.24"
     ]
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser
+from qwen_npu.cli_parser import OneLineParser, fail, output_file
 from qwen_npu.patches.hook import ENV_HOOK
 from qwen_npu.patches.registry import PATCHES
 from tools.candidate import ENV_PINS, repin, report, sources
@@ -405,6 +405,7 @@ def snapshot(args: argparse.Namespace) -> int:
     except LookupError as exc:
         raise CandidateError(f"{exc}: is {sglang_dir} the release the PINS are for?") from None
     target = Path(args.out) if args.out else sources.PINNED_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)  # --out's missing folders (output_file)
     target.write_text(sources.dump(data), encoding="utf-8")
     print(f"{target}: {len(data['units'])} units from sglang {version} ({sglang_dir})")
     return 0
@@ -438,7 +439,7 @@ def add_parsers(sub: Any) -> None:
     )
     snap.add_argument("--source", metavar="DIR", help="an SGLang tree instead of the installed")
     snap.add_argument("--label", help="with --source: the version to record")
-    snap.add_argument("--out", help=f"the file (default: {sources.PINNED_FILE})")
+    snap.add_argument("--out", type=output_file, help=f"the file (default: {sources.PINNED_FILE})")
     snap.set_defaults(func=_guarded(snapshot))
 
 
@@ -447,8 +448,7 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         try:
             return command(args)
         except (CandidateError, LookupError) as exc:  # LookupError: the pinned sources' file
-            print(f"sglang-{args.command}: {exc.args[0]}", file=sys.stderr)
-            return 2
+            return fail(f"sglang-{args.command}", str(exc.args[0]))
         except KeyboardInterrupt:
             return 130
 

@@ -240,7 +240,7 @@ def test_the_start_check_stops_the_engine_before_the_model_load_with_one_line(
     """The entrypoint's full check, where it cannot pass (torch_npu without a device)."""
     done = _run(refs["engine-cpu"], "--model-path", "/models/x")
     assert done.returncode == 4, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if "level=error" in line]
+    errors = [line for line in done.stderr.splitlines() if "level=ERROR" in line]
     assert len(errors) == 1, done.stderr
     assert "event=verify_failed" in errors[0] and "target-missing" in errors[0]
     assert "log=/var/lib/qwen-npu/state/patches-verify.log" in errors[0]
@@ -391,7 +391,7 @@ def test_npu_count_check_in_the_image(refs: dict[str, str], engine_image: Any) -
         env={"QWEN_NPU_EXPECTED_NPUS": "2", "ASCEND_VISIBLE_DEVICES": "4,5"},
     )
     assert done.returncode == 3, done.stderr
-    errors = [line for line in done.stderr.splitlines() if "level=error" in line]
+    errors = [line for line in done.stderr.splitlines() if "level=ERROR" in line]
     assert len(errors) == 1 and "visible=0 expected=2" in errors[0], done.stderr
     assert "event=exec" not in done.stderr
 

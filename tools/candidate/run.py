@@ -49,7 +49,7 @@ REQUIREMENTS = "requirements/sglang-cpu.txt"
 #: The venv's base mirrors .venv's (make setup): every extra's pins from pyproject.toml, since the
 #: tests' conftest files import tools that need them (the chart renders, the linters' helpers).
 STAMP = ".qwen-npu-candidate-base"
-#: Our variables a child keeps (the chart's renders, made once by make or tests/conftest.py).
+#: Our variables a child keeps (a renders file of the caller's for a simulator YAML of its own).
 PASSED_ON = frozenset({"QWEN_NPU_CHART_RENDERS"})
 #: The released sgl-kernel-npu decode kernel's stand-in (K-major) that the decode patch's tests use.
 DECODE_KERNEL = "tests/patches/gdn_decode_kernel_template.py"

@@ -274,49 +274,62 @@ def _against_pool(name: str, order: str, where: str, pool: Pool | None, pair: st
     return Verdict(FAIL, f"{where}: {name} ({order}) against a {pool.order} pool: {pair}")
 
 
-def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
+#: A GDN op the backend may call: does a callee name it, what it is, the state order it reads,
+#: what goes wrong against a pool of the other order.
+OpRule = tuple[Callable[[str], bool], Callable[[str], str], str, str]
+
+
+def _first_op(sources: Sources, pool: Pool | None, rules: list[OpRule], none: str) -> Verdict:
+    """The first rule (in order) that a backend call matches, judged against the pool."""
     found = _backend_calls(sources)
     if isinstance(found, str):
         return Verdict(UNKNOWN, found)
     calls, path = found
-    for line, callee in calls:
-        if callee == CHUNK_OP:
-            return _against_pool(
-                f"{CHUNK_OP}, the AscendC chunk op: state (B, Nv, Dv, Dk) dense",
+    for matches, what, order, pair in rules:
+        for line, callee in calls:
+            if matches(callee):
+                return _against_pool(what(callee), order, f"{path}:{line}", pool, pair)
+    return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no {none}")
+
+
+def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
+    return _first_op(
+        sources,
+        pool,
+        [
+            (
+                lambda callee: callee == CHUNK_OP,
+                lambda _: f"{CHUNK_OP}, the AscendC chunk op: state (B, Nv, Dv, Dk) dense",
                 kernel_layout.V_MAJOR,
-                f"{path}:{line}",
-                pool,
                 "the state is read transposed",
-            )
-    for line, callee in calls:
-        if callee.endswith("chunk_gated_delta_rule") or callee.endswith(
-            "chunk_gated_delta_rule_npu"
-        ):
-            return _against_pool(
-                f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
+            ),
+            (
+                lambda callee: callee.endswith(
+                    ("chunk_gated_delta_rule", "chunk_gated_delta_rule_npu")
+                ),
+                lambda callee: f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
                 kernel_layout.K_MAJOR,
-                f"{path}:{line}",
-                pool,
                 "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
-            )
-    return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no chunk op ({CHUNK_OP})")
+            ),
+        ],
+        f"chunk op ({CHUNK_OP})",
+    )
 
 
 def verify_op(sources: Sources, pool: Pool | None) -> Verdict:
-    found = _backend_calls(sources)
-    if isinstance(found, str):
-        return Verdict(UNKNOWN, found)
-    calls, path = found
-    for line, callee in calls:
-        if callee == VERIFY_OP:
-            return _against_pool(
-                f"{VERIFY_OP}, the AscendC verify op: raw pointer, bf16 state only",
+    return _first_op(
+        sources,
+        pool,
+        [
+            (
+                lambda callee: callee == VERIFY_OP,
+                lambda _: f"{VERIFY_OP}, the AscendC verify op: raw pointer, bf16 state only",
                 kernel_layout.V_MAJOR,
-                f"{path}:{line}",
-                pool,
                 "the state is read transposed",
             )
-    return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no verify op ({VERIFY_OP})")
+        ],
+        f"verify op ({VERIFY_OP})",
+    )
 
 
 # --- mover, decode_kernel -----------------------------------------------------------------------

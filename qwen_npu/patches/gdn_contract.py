@@ -292,44 +292,33 @@ def _first_op(sources: Sources, pool: Pool | None, rules: list[OpRule], none: st
     return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no {none}")
 
 
-def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
-    return _first_op(
-        sources,
-        pool,
-        [
-            (
-                lambda callee: callee == CHUNK_OP,
-                lambda _: f"{CHUNK_OP}, the AscendC chunk op: state (B, Nv, Dv, Dk) dense",
-                kernel_layout.V_MAJOR,
-                "the state is read transposed",
-            ),
-            (
-                lambda callee: callee.endswith(
-                    ("chunk_gated_delta_rule", "chunk_gated_delta_rule_npu")
-                ),
-                lambda callee: f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
-                kernel_layout.K_MAJOR,
-                "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
-            ),
-        ],
-        f"chunk op ({CHUNK_OP})",
+def _ascend_op(name: str, what: str) -> OpRule:
+    """An AscendC op, called by its exact name: it reads the state V-major (dense)."""
+    return (
+        lambda callee: callee == name,
+        lambda _: f"{name}, {what}",
+        kernel_layout.V_MAJOR,
+        "the state is read transposed",
     )
+
+
+#: The Triton chunk kernels (sgl-kernel-npu fla/chunk.py) read the state K-major.
+TRITON_CHUNK: OpRule = (
+    lambda callee: callee.endswith(("chunk_gated_delta_rule", "chunk_gated_delta_rule_npu")),
+    lambda callee: f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
+    kernel_layout.K_MAJOR,
+    "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
+)
+
+
+def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
+    chunk = _ascend_op(CHUNK_OP, "the AscendC chunk op: state (B, Nv, Dv, Dk) dense")
+    return _first_op(sources, pool, [chunk, TRITON_CHUNK], f"chunk op ({CHUNK_OP})")
 
 
 def verify_op(sources: Sources, pool: Pool | None) -> Verdict:
-    return _first_op(
-        sources,
-        pool,
-        [
-            (
-                lambda callee: callee == VERIFY_OP,
-                lambda _: f"{VERIFY_OP}, the AscendC verify op: raw pointer, bf16 state only",
-                kernel_layout.V_MAJOR,
-                "the state is read transposed",
-            )
-        ],
-        f"verify op ({VERIFY_OP})",
-    )
+    verify = _ascend_op(VERIFY_OP, "the AscendC verify op: raw pointer, bf16 state only")
+    return _first_op(sources, pool, [verify], f"verify op ({VERIFY_OP})")
 
 
 # --- mover, decode_kernel -----------------------------------------------------------------------

@@ -16,43 +16,21 @@ import json
 import sys
 
 from qwen_npu.checkpoint.model_config import SSM_DTYPES
-from qwen_npu.cli_parser import OneLineParser, float_between
+from qwen_npu.cli_parser import (
+    EXIT_BAD_INPUT,
+    OneLineParser,
+    float_between,
+    fraction,
+    positive_int,
+)
 from qwen_npu.hardware import chips
 from qwen_npu.preflight.checkpoint import InputError
 from qwen_npu.preflight.rules import SCHEMA_VERSION, Options, run_preflight
 
-EXIT_BAD_INPUT = 2
 PROG = "qwen-npu preflight"
 #: Above any NPU's HBM (910B 64 GiB, Ascend950 144 GiB) by far: a larger value is a typo, and the
 #: memory arithmetic must not run on it (1e308 overflowed it, blamed on the checkpoint).
 NPU_MEMORY_GB_MAX = 1024
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be above 0")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _positive_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at most 1")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tp",
         "--tp-size",
         dest="tp",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="tensor-parallel size (default: the smallest that is feasible and fits)",
     )
@@ -88,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"GiB per NPU (64; at most {NPU_MEMORY_GB_MAX})",
     )
     p.add_argument(
-        "--mem-fraction-static", type=_fraction, default=None, help="SGLang's static share (0.8)"
+        "--mem-fraction-static", type=fraction, default=None, help="SGLang's static share (0.8)"
     )
     p.add_argument(
         "--mamba-ssm-dtype",

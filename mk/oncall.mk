@@ -9,11 +9,11 @@
 #   make status                              release history, user values, pods, the sidecar's /status,
 #                                            the router's view of its workers (when router.enabled)
 #   make -s engine-ref                       the engine's workload as kubectl names it (deployment/<name>)
-# Variables: RELEASE (qwen-npu), NAMESPACE (default), CHART (the checkout's helm/qwen-npu, by absolute path), ROLLOUT_TIMEOUT (35m:
-# a Recreate rollout reloads the model, up to the chart's startup budget of 30 min), HELM, KUBECTL,
-# ONCALL_PYTHON (python3: the switches need the standard library only), SIDECAR_PORT, ROUTER_PORT,
-# VALUES_MODE. Their defaults are `qwen-npu oncall`'s own (qwen_npu/oncall/cli.py): a variable left
-# unset passes no flag. The engine's names (nameOverride/fullnameOverride included) and its kind
+# Variables: RELEASE (qwen-npu), NAMESPACE (default), CHART (this checkout's helm/qwen-npu, by
+# absolute path), ROLLOUT_TIMEOUT (35m: a Recreate rollout reloads the model, up to the chart's
+# startup budget of 30 min), HELM, KUBECTL, ONCALL_PYTHON (python3: the switches need the standard
+# library only), SIDECAR_PORT, ROUTER_PORT, VALUES_MODE. Except CHART, their defaults are
+# `qwen-npu oncall`'s own (qwen_npu/oncall/cli.py): a variable left unset passes no flag. The engine's names (nameOverride/fullnameOverride included) and its kind
 # (Deployment or, multi-node, LeaderWorkerSet) are read from the release's manifest.
 #
 # Why `helm upgrade --reuse-values --set ...`: the release keeps every value it was installed with
@@ -24,6 +24,9 @@
 # Deployment, is faster to type but invisible to helm: the next upgrade silently reverts it.
 
 ONCALL_PYTHON ?= python3
+# The chart to upgrade with: this checkout's, by absolute path (`qwen-npu oncall` requires --chart:
+# a relative default would be read from whatever folder the command runs in).
+CHART ?= $(CURDIR)/helm/qwen-npu
 
 # make's variable -> the flag it sets (only when the variable is set)
 ONCALL_FLAGS = $(foreach pair,RELEASE:release NAMESPACE:namespace CHART:chart HELM:helm \

@@ -21,7 +21,6 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from qwen_npu.cli_parser import OneLineParser, error_line, port
 from qwen_npu.oncall import release as rel
@@ -142,8 +141,8 @@ class OnCall:
         if not self.chart:
             var = self.var("CHART", "--chart")
             raise Stop(
-                f"{self.prog}: no chart beside this installation; set {var}= the chart of the "
-                "deployed revision (a folder, a .tgz or oci://...)",
+                f"{self.prog}: set {var} to the chart of the deployed revision (a folder, a .tgz "
+                "or oci://...; a relative path is read from the current folder)",
                 2,
             )
         self.run(
@@ -349,13 +348,6 @@ def duration(text: str) -> str:
     return text
 
 
-def checkout_chart() -> str | None:
-    """The chart beside the package in a checkout (absolute: not relative to the current
-    folder), or None when the package runs from a wheel (then --chart is required)."""
-    chart = Path(__file__).resolve().parents[2] / "helm" / "qwen-npu"
-    return str(chart) if (chart / "Chart.yaml").is_file() else None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("switch", choices=SWITCHES)
@@ -364,8 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--chart",
         default=None,
-        help="the chart of the deployed revision: a folder, a .tgz or a repo/OCI reference "
-        "(default: the checkout's helm/qwen-npu beside this package, wherever you run it from)",
+        help="the chart of the deployed revision (a folder, a .tgz or oci://...); required by "
+        "the switches that upgrade (make passes this checkout's chart folder, by absolute path)",
     )
     p.add_argument("--helm", default="helm", help="helm command (may carry flags)")
     p.add_argument("--kubectl", default="kubectl", help="kubectl command (may carry flags)")
@@ -389,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         switch=args.switch,
         release=args.release,
         namespace=args.namespace,
-        chart=args.chart if args.chart is not None else (checkout_chart() or ""),
+        chart=args.chart or "",
         helm=shlex.split(args.helm),
         kubectl=shlex.split(args.kubectl),
         timeout=args.timeout,

@@ -139,30 +139,38 @@ def bom_message(path: Path) -> str:
     )
 
 
+def read_json(path: Path, what: str, error: type[Exception] = ModelConfigError) -> Any:
+    """A checkpoint's JSON file, parsed; ``error`` (naming the file and the fix) when it cannot be
+    read, is empty, starts with a byte-order mark, is not UTF-8 or is not JSON. ``what`` names the
+    file in the fix ("copy the <what> again from the checkpoint"). Preflight reads its files
+    through it too (with its own error)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
+    if not raw.strip():
+        raise error(f"{path}: file is empty; copy the {what} again from the checkpoint")
+    if raw.startswith(codecs.BOM_UTF8):
+        raise error(bom_message(path))
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not UTF-8 text ({exc.reason}); copy the {what} again from the checkpoint"
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{path}: malformed JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); the "
+            f"file is truncated or corrupted, copy the {what} again from the checkpoint"
+        ) from exc
+
+
 def _load_json_object(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ModelConfigError(
             f"{path}: file not found; point at the checkpoint directory that holds config.json"
         )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ModelConfigError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
-    if not raw.strip():
-        raise ModelConfigError(f"{path}: file is empty; copy config.json again from the checkpoint")
-    if raw.startswith(codecs.BOM_UTF8):
-        raise ModelConfigError(bom_message(path))
-    try:
-        data = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise ModelConfigError(
-            f"{path}: not UTF-8 text ({exc.reason}); copy config.json again from the checkpoint"
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(
-            f"{path}: malformed JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
-            "the file is truncated or corrupted, copy it again from the checkpoint"
-        ) from exc
+    data = read_json(path, "config.json")
     if not isinstance(data, dict):
         raise ModelConfigError(
             f"{path}: top level is a JSON {json_type(data)}, expected an object; "

@@ -9,8 +9,6 @@ config.json, without which nothing can be judged.
 
 from __future__ import annotations
 
-import codecs
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,8 +19,8 @@ from qwen_npu.checkpoint.model_config import (
     SUPPORTED_ARCHITECTURES,
     ModelConfig,
     ModelConfigError,
-    bom_message,
     json_type,
+    read_json,
     read_model_config,
 )
 from qwen_npu.preflight.findings import BLOCKING, WARNING, Finding, finding
@@ -72,25 +70,7 @@ class Checkpoint:
 
 
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
-    if not raw.strip():
-        raise InputError(f"{path}: file is empty; copy the {what} again from the checkpoint")
-    if raw.startswith(codecs.BOM_UTF8):
-        raise InputError(bom_message(path))
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{path}: not UTF-8 text ({exc.reason}); copy the {what} again from the checkpoint"
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path}: malformed JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); the "
-            f"file is truncated or corrupted, copy the {what} again from the checkpoint"
-        ) from exc
+    return read_json(path, what, InputError)
 
 
 def _read_description(ckpt: Checkpoint, path: Path) -> None:

@@ -27,24 +27,16 @@ from qwen_npu.observability.rules import (
 
 from .conftest import CHART, REPO
 
-CONTRACT_ALERTS = {
-    "QwenNpuEngineDown",
-    "QwenNpuEngineNotReady",
-    "QwenNpuStartupSlow",
-    "QwenNpuTTFTSLOBurn",
-    "QwenNpuTPOTSLOBurn",
-    "QwenNpuQueueGrowing",
-    "QwenNpuSpecAcceptanceCollapse",
-    "QwenNpuCanaryDegenerated",
-    "QwenNpuPatchNotApplied",
-    "QwenNpuGdnContractFailed",
-    "QwenNpuUbPlanOverflow",
-    "QwenNpuUbPlanMismatch",
-    "QwenNpuChipUnhealthy",
-    "QwenNpuHbmNearFull",
-    "QwenNpuReplicaStuckDraining",
-    "QwenNpuRouterWorkerEjected",
-}
+
+def _contract_alerts() -> set[str]:
+    """The alert names docs/architecture.md states as the contract ("### Alerts")."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    section = re.search(r"^### Alerts.*?\n(.*?)(?=^#|\Z)", page, re.S | re.M)
+    assert section, "docs/architecture.md: no '### Alerts' section"
+    return set(re.findall(r"`(QwenNpu\w+)`", section.group(1)))
+
+
+CONTRACT_ALERTS = _contract_alerts()
 
 
 def test_committed_files_are_current() -> None:

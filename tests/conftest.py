@@ -15,6 +15,7 @@ import itertools
 import os
 import re
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,6 +68,21 @@ def busy_port() -> Iterator[int]:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         yield int(busy.getsockname()[1])
+
+
+def make(
+    repo: Path, env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``make <args>`` in ``repo`` as a user would (no outer make's flags), ``env`` added (a
+    test's stand-ins first on PATH): the make targets' tests share it."""
+    base = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(repo), *args],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _module_marks(path: Path) -> set[str]:

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import make
 
 from .dockerfile_parse import parse
 
@@ -53,17 +54,6 @@ DIGESTS = [
         start=1,
     )
 ]
-
-
-def make(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    return subprocess.run(
-        ["make", "--no-print-directory", "-C", str(repo), *args],
-        env=clean | env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def calls(env: dict[str, str]) -> list[list[str]]:

@@ -99,20 +99,6 @@ def calls(env: dict[str, str]) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def make(
-    repo: Path, env: dict[str, str], *args: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run `make <args>` in the repository with the stand-ins first on PATH."""
-    base = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    return subprocess.run(
-        ["make", "--no-print-directory", "-C", str(repo), *args],
-        env=base | env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def errors(done: subprocess.CompletedProcess[str]) -> str:
     """What a target said on stderr, make's own ``make: ***`` line left out."""
     return "".join(

@@ -18,10 +18,11 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
+from conftest import make
 
 from tools.paths import CHART_DIR
 
-from .stand_ins import calls, install, make
+from .stand_ins import calls, install
 
 # Slow: renders every profile through make; test-fast keeps the other oncall tests.
 pytestmark = pytest.mark.slow

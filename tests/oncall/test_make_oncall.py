@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import make
 
 from qwen_npu.patches.registry import PATCHES as REGISTRY
 from tools import chart as chart_tool
 from tools.paths import CHART_DIR
 
-from .stand_ins import calls, errors, install, make, printed
+from .stand_ins import calls, errors, install, printed
 
 PATCHES = [p.name for p in REGISTRY]
 MULTINODE = chart_tool.values_from(chart_tool.CI_DIR / "multinode-values.yaml")

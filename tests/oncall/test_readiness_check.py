@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import make
 
 from qwen_npu import processes
 from qwen_npu.processes import free_port
 from qwen_npu.sim.testing import running_sim
 
-from .stand_ins import install, make
+from .stand_ins import install
 
 # Slow: starts sidecar processes; test-fast keeps the other oncall tests.
 pytestmark = pytest.mark.slow

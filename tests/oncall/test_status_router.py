@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make
 
 from qwen_npu.processes import free_port
 
-from .stand_ins import calls, errors, install, make
+from .stand_ins import calls, errors, install
 
 ROUTER_SELECTOR = "app.kubernetes.io/instance=qwen-npu,app.kubernetes.io/component=router"
 

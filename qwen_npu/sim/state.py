@@ -20,10 +20,10 @@ from fastapi.responses import JSONResponse
 from qwen_npu.log import PartLog
 from qwen_npu.sim import protocol as proto
 from qwen_npu.sim.config import SimConfig
-from qwen_npu.sim.scheduler import Engine
-from qwen_npu.sim.scheduler import Request as EngineRequest
 from qwen_npu.sim.faults import Faults
 from qwen_npu.sim.metrics import SimMetrics
+from qwen_npu.sim.scheduler import Engine
+from qwen_npu.sim.scheduler import Request as EngineRequest
 from qwen_npu.sim.tokens import stream_for
 
 log = PartLog("sim")

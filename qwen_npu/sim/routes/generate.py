@@ -15,10 +15,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from qwen_npu.sim import protocol as proto
-from qwen_npu.sim.scheduler import Aborted, QueueFull
-from qwen_npu.sim.scheduler import Request as EngineRequest
 from qwen_npu.sim.fastpath import FastHandler, arrival
 from qwen_npu.sim.routes import bad_request
+from qwen_npu.sim.scheduler import Aborted, QueueFull
+from qwen_npu.sim.scheduler import Request as EngineRequest
 from qwen_npu.sim.state import Sim
 from qwen_npu.sim.stream import Event, EventStream
 

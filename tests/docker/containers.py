@@ -44,7 +44,11 @@ def chart_images() -> dict[str, dict[str, Any]]:
     images = yaml.safe_load((chart / "values.yaml").read_text())["image"]
     assert isinstance(images, dict)
     app_version = str(yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"])
-    return {name: {**block, "tag": block["tag"] or app_version} for name, block in images.items()}
+    return {
+        name: {**block, "tag": block["tag"] or app_version}
+        for name, block in images.items()
+        if isinstance(block, dict)  # pullSecrets is a list beside the image blocks
+    }
 
 
 def make_refs() -> dict[str, str]:

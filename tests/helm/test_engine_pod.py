@@ -300,8 +300,12 @@ def test_should_hand_api_key_from_secret_when_existing_secret_set(
     test_env = {e["name"]: e for e in test_pod["spec"]["containers"][0]["env"]}
     key_file = test_env["QWEN_NPU_ENGINE_API_KEY_FILE"]["value"]
     assert key_file == "/etc/qwen-npu/api-key/api-key"
-    mount = test_pod["spec"]["containers"][0]["volumeMounts"][0]
-    assert key_file.startswith(mount["mountPath"])
+    mount = next(
+        m
+        for m in test_pod["spec"]["containers"][0]["volumeMounts"]
+        if key_file.startswith(m["mountPath"] + "/")
+    )
+    assert mount.get("readOnly") is True
     secret = next(v for v in test_pod["spec"]["volumes"] if v["name"] == mount["name"])
     assert secret["secret"]["secretName"] == "qwen-npu-api-key"
     monitor = chart_tool.find(docs, "ServiceMonitor")[0]

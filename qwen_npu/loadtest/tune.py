@@ -269,17 +269,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = parse_settings(args.settings)
         concs = parse_concs(args.concs)
         urls = parse_urls(args.urls, settings) if args.urls.strip() else None
-        base = bench_config(rest, LOCAL_ENGINE_URL, PROG)
-        fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
         if urls is None:
             # lazy: local mode only: the simulator is the sim extra's
             from qwen_npu.sim.config import ConfigError
 
-            try:  # every side's simulator config, built now: a bad one is one line, not a run
+            # every side's simulator config, built now and before bench_config loads locust (a
+            # bad one is one line, not a run, and gevent's patching never follows a refusal)
+            try:
                 for setting in settings:
                     sim_flags(args.profile, setting, args.time_scale)
             except ConfigError as exc:
                 raise CompareError(str(exc)) from None
+        base = bench_config(rest, LOCAL_ENGINE_URL, PROG)
+        fixed_prompts = any(a.split("=")[0] == "--num-prompts" for a in rest)
     except (CompareError, ValueError, OSError) as exc:
         return fail(PROG, str(exc))
 

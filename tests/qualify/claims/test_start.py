@@ -20,7 +20,7 @@ from qwen_npu.qualify.client import Endpoint
 from ..conftest import Answerer
 
 ROUTE = start.DECODE_PATCH
-LOG = "\n".join(f"qwen-npu-entrypoint level=info event={ev} detail=x" for ev in start.START_EVENTS)
+LOG = "\n".join(f"qwen_npu.entrypoint level=INFO event={ev} detail=x" for ev in start.START_EVENTS)
 
 
 def _write(tmp: Path, *, states: dict[str, str] | None = None, detail: str = "",

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-#: Where http_protocol.StampedProtocol leaves a request's arrival time in ``scope["state"]``.
+#: Where app.stamped_protocol's class leaves a request's arrival time in ``scope["state"]``.
 ARRIVAL_KEY = "qwen_npu_sim_arrival"
 #: Where RawSend leaves the server's own ``send`` in the scope (for EventStream).
 RAW_SEND_KEY = "qwen_npu_sim.raw_send"

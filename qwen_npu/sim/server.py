@@ -63,10 +63,9 @@ def serve(cfg: SimConfig) -> int:
     from prometheus_client import disable_created_metrics
 
     # lazy: the ASGI stack loads when the server starts
-    from qwen_npu.sim.app import create_app
+    from qwen_npu.sim.app import create_app, stamped_protocol
     from qwen_npu.sim.clock import new_loop
     from qwen_npu.sim.fastpath import RawSend
-    from qwen_npu.sim.http_protocol import stamped_protocol
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # SGLang's multiprocess exposition has no *_created series
     app = create_app(cfg)

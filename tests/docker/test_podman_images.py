@@ -440,17 +440,25 @@ def _config(image: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _config_with_the_dockerfiles_labels(
+    image: dict[str, Any], dockerfile: Dockerfile, stage: str, values: dict[str, str]
+) -> dict[str, Any]:
+    """The image's config, once every label the Dockerfile's stage sets (the build's source and
+    revision aside) is checked to be on it with the value the versions file gives."""
+    expected = _labels(dockerfile, stage, {"SOURCE_URL": "", "VCS_REF": ""} | values)
+    config = _config(image)
+    for key, value in expected.items():
+        if key not in ("org.opencontainers.image.source", "org.opencontainers.image.revision"):
+            assert config["Labels"].get(key) == value, key
+    return config
+
+
 def test_sidecar_metadata_is_the_dockerfiles_and_the_versions_files(
     repo: Path, versions: dict[str, str], sidecar_image: dict[str, Any]
 ) -> None:
     dockerfile = parse(repo / "docker" / "sidecar.Dockerfile")
-    values = {"SOURCE_URL": "", "VCS_REF": ""} | versions
-    expected = _labels(dockerfile, "sidecar", values)
-    config = _config(sidecar_image)
+    config = _config_with_the_dockerfiles_labels(sidecar_image, dockerfile, "sidecar", versions)
     labels = config["Labels"]
-    for key, value in expected.items():
-        if key not in ("org.opencontainers.image.source", "org.opencontainers.image.revision"):
-            assert labels.get(key) == value, key
     assert labels["org.opencontainers.image.version"] == versions["QWEN_NPU_VERSION"]
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
     final = dockerfile.stage("sidecar")
@@ -473,13 +481,9 @@ def test_engine_metadata_is_the_dockerfiles_and_the_versions_files(
     repo: Path, versions: dict[str, str], engine_image: dict[str, Any]
 ) -> None:
     dockerfile = parse(repo / "docker" / "engine.Dockerfile")
-    values = {"SOURCE_URL": "", "VCS_REF": "", "CHIP": "910b", "ENGINE_FLAVOUR": "cpu"} | versions
-    expected = _labels(dockerfile, "engine", values)
-    config = _config(engine_image)
+    values = {"CHIP": "910b", "ENGINE_FLAVOUR": "cpu"} | versions
+    config = _config_with_the_dockerfiles_labels(engine_image, dockerfile, "engine", values)
     labels = config["Labels"]
-    for key, value in expected.items():
-        if key not in ("org.opencontainers.image.source", "org.opencontainers.image.revision"):
-            assert labels.get(key) == value, key
     assert labels["io.qwen-npu.flavour"] == "cpu"
     assert labels["io.qwen-npu.sglang.version"] == versions["SGLANG_VERSION"]
     # The cpu flavour names its own base, not the CANN image.

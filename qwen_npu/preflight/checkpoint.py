@@ -73,13 +73,20 @@ def _read_json(path: Path, what: str) -> Any:
     return read_json(path, what, InputError)
 
 
-def _read_description(ckpt: Checkpoint, path: Path) -> None:
-    data = _read_json(path, "ModelSlim description")
+def _read_object(path: Path, what: str, expected: str) -> dict[str, Any]:
+    """A JSON file whose top level must be an object; ``expected`` says which, and the fix."""
+    data = _read_json(path, what)
     if not isinstance(data, dict):
-        raise InputError(
-            f"{path}: top level is a JSON {json_type(data)}, expected an object of tensor "
-            "name -> scheme; re-export it with msmodelslim"
-        )
+        raise InputError(f"{path}: top level is a JSON {json_type(data)}, expected {expected}")
+    return data
+
+
+def _read_description(ckpt: Checkpoint, path: Path) -> None:
+    data = _read_object(
+        path,
+        "ModelSlim description",
+        "an object of tensor name -> scheme; re-export it with msmodelslim",
+    )
     scan = scan_description(data)
     if scan.bad_type_key is not None:
         value = data[scan.bad_type_key]
@@ -97,12 +104,11 @@ def _read_description(ckpt: Checkpoint, path: Path) -> None:
 
 
 def _read_index(ckpt: Checkpoint, path: Path) -> None:
-    data = _read_json(path, "weight index")
-    if not isinstance(data, dict):
-        raise InputError(
-            f"{path}: top level is a JSON {json_type(data)}, expected an object with "
-            "'weight_map'; copy the index again from the checkpoint"
-        )
+    data = _read_object(
+        path,
+        "weight index",
+        "an object with 'weight_map'; copy the index again from the checkpoint",
+    )
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict):
         got = "missing" if weight_map is None else f"a JSON {json_type(weight_map)}"

@@ -18,6 +18,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from conftest import make
+
 # The interpreter behind this venv, started without site: a stand-in call costs milliseconds
 # (a pyenv shim or the venv's .pth hooks would cost a few hundred).
 PYTHON = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
@@ -97,6 +99,15 @@ def calls(env: dict[str, str]) -> list[list[str]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def ran(
+    repo: Path, env: dict[str, str], *args: str
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+    """``make <args>``, which must succeed, and the commands it ran (the stand-ins' log)."""
+    done = make(repo, env, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, calls(env)
 
 
 def errors(done: subprocess.CompletedProcess[str]) -> str:

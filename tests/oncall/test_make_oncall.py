@@ -15,7 +15,7 @@ from qwen_npu.patches.registry import PATCHES as REGISTRY
 from tools import chart as chart_tool
 from tools.paths import CHART_DIR
 
-from .stand_ins import calls, errors, install, printed
+from .stand_ins import calls, errors, install, printed, ran
 
 PATCHES = [p.name for p in REGISTRY]
 MULTINODE = chart_tool.values_from(chart_tool.CI_DIR / "multinode-values.yaml")
@@ -75,9 +75,7 @@ def helm_upgrade(release: str = "qwen-npu", namespace: str = "default") -> list[
 
 
 def test_mtp_off_upgrades_with_reuse_values_then_waits(repo: Path, env: dict[str, str]) -> None:
-    done = make(repo, env, "mtp-off")
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = calls(env)
+    done, seen = ran(repo, env, "mtp-off")
     assert seen[0] == [*helm_upgrade(), "--set", "mtp.enabled=false"]
     assert seen[1:5] == wait_calls(deployment="qwen-npu-engine")
     exec_readyz(seen[5])
@@ -90,9 +88,7 @@ def test_mtp_off_upgrades_with_reuse_values_then_waits(repo: Path, env: dict[str
 
 
 def test_mtp_on_with_release_and_namespace(repo: Path, env: dict[str, str]) -> None:
-    done = make(repo, env, "mtp-on", "RELEASE=prod", "NAMESPACE=llm")
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = calls(env)
+    _, seen = ran(repo, env, "mtp-on", "RELEASE=prod", "NAMESPACE=llm")
     assert seen[0] == [*helm_upgrade("prod", "llm"), "--set", "mtp.enabled=true"]
     # The chart's fullname rule: "prod" lacks the chart name -> Deployment prod-qwen-npu-engine.
     assert seen[1:5] == wait_calls("prod", "llm", deployment="prod-qwen-npu-engine")
@@ -125,9 +121,7 @@ def test_name_overrides_are_read_from_the_release(
 def test_leaderworkerset_engines_are_found_and_wait_on_pods(
     repo: Path, env: dict[str, str]
 ) -> None:
-    done = make(repo, env, "mtp-off", "RELEASE=big")
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = calls(env)
+    done, seen = ran(repo, env, "mtp-off", "RELEASE=big")
     assert not any("rollout" in c for c in seen)
     assert seen[1:4] == wait_calls("big")
     assert "deprecated" not in done.stderr
@@ -238,9 +232,7 @@ def test_bad_input_is_one_line_and_touches_nothing(
 
 
 def test_rollback_to_the_previous_revision_then_health(repo: Path, env: dict[str, str]) -> None:
-    done = make(repo, env, "rollback")
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = calls(env)
+    _, seen = ran(repo, env, "rollback")
     assert seen[0] == ["helm", "history", "qwen-npu", "--namespace", "default", "--max", "10"]
     assert seen[1] == ["helm", "rollback", "qwen-npu", "--namespace", "default"]
     assert seen[2:6] == wait_calls(deployment="qwen-npu-engine")
@@ -257,9 +249,7 @@ def test_rollback_to_a_revision(repo: Path, env: dict[str, str]) -> None:
 def test_status_shows_history_values_pods_and_sidecar_status(
     repo: Path, env: dict[str, str]
 ) -> None:
-    done = make(repo, env, "status", "NAMESPACE=llm")
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = calls(env)
+    _, seen = ran(repo, env, "status", "NAMESPACE=llm")
     assert seen[0] == ["helm", "history", "qwen-npu", "--namespace", "llm", "--max", "10"]
     assert seen[1] == ["helm", "get", "values", "qwen-npu", "--namespace", "llm"]
     assert seen[2] == [

@@ -240,11 +240,11 @@ def test_cli_print_config_and_list_profiles() -> None:
     assert "qwen3.6-35b-a3b-910b-tp2-mtp" in proc.stdout.split()
 
 
-def test_docs_list_every_key_and_its_env_var() -> None:
-    doc = (DOCS / "simulator.md").read_text()
-    for key in FIELDS:
-        env = "QWEN_NPU_SIM_" + key.replace("-", "_").upper()
-        assert f"| `{key}` | `{env}` |" in doc, key
+def test_docs_give_the_env_rule_and_send_to_help_for_the_keys() -> None:
+    # The table of keys is --help's (the next test); the page keeps the rule and the precedence.
+    doc = " ".join((DOCS / "simulator.md").read_text().split())
+    assert "flags > environment (`QWEN_NPU_SIM_*`) > YAML > defaults" in doc
+    assert "`qwen-npu sim --help` is the table of keys" in doc
 
 
 def test_help_lists_every_field_with_its_default() -> None:

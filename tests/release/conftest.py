@@ -25,9 +25,10 @@ import pytest
 from tools.paths import REPO
 from tools.release import oci
 from tools.release.registry import Credentials, Registry
+from tools.versions import read_versions
 
 USER, PASSWORD = "releaser", "s3cret-test"
-VERSION = "0.1.0"
+VERSION = read_versions()["QWEN_NPU_VERSION"]  # the release the chart and images carry
 
 DPKG_STATUS = b"""Package: libc6
 Status: install ok installed

@@ -269,7 +269,7 @@ def test_bundle_holds_archives_chart_overlay_sums_readme_and_tarball(
     for name, info in record["images"].items():
         with oci.open_archive(bundled / "images" / f"{name}.oci.tar") as image:
             assert image.digest == info["digest"]
-    assert (bundled / "chart" / "qwen-npu-0.1.0.tgz.prov").is_file()
+    assert (bundled / "chart" / f"qwen-npu-{VERSION}.tgz.prov").is_file()
     sums = (bundled / "SHA256SUMS").read_text()
     for path in bundled.rglob("*"):
         if path.is_file() and path.name != "SHA256SUMS":

@@ -16,6 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from qwen_npu import __version__
+from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.processes import wait_until
 from qwen_npu.sim.testing import running_sim
 from tests.sidecar.conftest import fast_settings, metric
@@ -86,7 +88,8 @@ def test_healthy_sim(sc: TestClient) -> None:
     assert metric(sc, "qwen_npu_spec_info", algorithm="NEXTN") == 1.0
     assert metric(sc, "qwen_npu_spec_num_steps") == 3.0
     assert metric(sc, "qwen_npu_spec_num_draft_tokens") == 4.0
-    assert metric(sc, "qwen_npu_build_info", qwen_npu_version="0.1.0", sglang_version="0.5.23")
+    versions = {"qwen_npu_version": __version__, "sglang_version": SGLANG_VERSION}
+    assert metric(sc, "qwen_npu_build_info", **versions)
     wait_until(lambda: canary_runs(sc, "ok") >= 1, what="a clean canary run")
     assert metric(sc, "qwen_npu_canary_degeneration_score") < 0.2
     assert metric(sc, "qwen_npu_engine_draining") == 0.0

@@ -14,6 +14,7 @@ import ast
 import itertools
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +28,13 @@ from tools.versions import read_versions
 
 if str(STUBS) not in sys.path:
     sys.path.append(str(STUBS))
+
+# A run started in the background of a non-interactive shell (`make test &`, a CI runner's job)
+# inherits SIGINT ignored, and so would every child a test starts: the tests that press Ctrl-C
+# on a verb (the demo, fetch wait, the simulator) would wait on a process that cannot hear it.
+# A handled signal is reset to the default on exec, an ignored one is not: handle it here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: What a test may not leave changed for the next test in its worker: the CA bundles every HTTP

@@ -26,6 +26,7 @@ from typing import Any
 from qwen_npu.cli_parser import (
     OneLineParser,
     fail,
+    input_dir,
     non_negative_int,
     output_dir,
     positive_float,
@@ -68,16 +69,6 @@ def _text_file(text: str) -> Path:
             raise argparse.ArgumentTypeError(
                 f"{text} is not UTF-8 text (byte {exc.start}); pass a text file"
             ) from None
-    return path
-
-
-def _folder(text: str) -> Path:
-    """An existing, readable folder."""
-    path = Path(text)
-    if not text.strip() or not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an existing folder; pass a folder")
-    if not os.access(path, os.R_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{text}: cannot read the folder (permissions)")
     return path
 
 
@@ -127,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or on the copy route (answers, accuracy, speed compare against it)",
     )  # fmt: skip
     t.add_argument("--sidecar", type=_url, default=None, help="the target's sidecar (:9400)")
-    t.add_argument("--state-dir", type=_folder, default=None, help="the engine's state folder")
+    t.add_argument("--state-dir", type=input_dir, default=None, help="the engine's state folder")
     t.add_argument("--engine-log", type=_text_file, default=None, help="the engine's start log")
     t.add_argument(
         "--api-key-file", type=_text_file, default=os.environ.get(ENV_API_KEY_FILE) or None,

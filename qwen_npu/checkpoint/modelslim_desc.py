@@ -1,74 +1,35 @@
-"""Read a ModelSlim ``quant_model_description.json`` and answer the questions the fixes ask of it.
+"""The answers the ModelSlim fixes and preflight ask of a ``quant_model_description.json``.
 
-Why this exists: the two ModelSlim fixes (``modelslim-moe-unquant-fallback`` and
-``mtp-modelslim-unquant``), the preflight and tests all need the same answers: which scheme does a
-fused-MoE layer use under SGLang 0.5.23's lookup rules (two naming conventions, several prefix
-candidates), is every expert projection of it ``FLOAT``, is every ``mtp.*`` entry ``FLOAT``. One
-pure, standard-library module holds those rules so the patch and the preflight cannot disagree.
-
-Error messages for missing, mismatched and unsupported MoE schemes repeat SGLang 0.5.23's own
-wording, so a user sees the same line from ``qwen-npu preflight`` as from the engine.
+Which scheme a fused-MoE layer gets under SGLang 0.5.23's lookup (two naming conventions, several
+prefix candidates), whether every expert or every ``mtp.*`` entry is ``FLOAT``: one standard-library
+home so the patch and the preflight cannot disagree. Errors repeat SGLang's own wording.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-#: Schemes a ModelSlim description may map a tensor to (``FLOAT`` = stored unquantized).
-KNOWN_SCHEMES: frozenset[str] = frozenset(
-    {
-        "FLOAT",
-        "W8A8",
-        "W8A8_DYNAMIC",
-        "W4A8_DYNAMIC",
-        "W4A4_DYNAMIC",
-        "W8A8_MXFP8",
-        "W4A8_MXFP",
-        "W4A4_MXFP4",
-    }
-)
 #: Schemes SGLang 0.5.23 has a fused-MoE implementation for (static ``W8A8`` is linear-only).
 MOE_SCHEMES: frozenset[str] = frozenset(
     {"W4A4_MXFP4", "W4A8_MXFP", "W4A4_DYNAMIC", "W4A8_DYNAMIC", "W8A8_DYNAMIC", "W8A8_MXFP8"}
 )
+#: Schemes a ModelSlim description may map a tensor to (``FLOAT`` = stored unquantized).
+KNOWN_SCHEMES: frozenset[str] = MOE_SCHEMES | {"FLOAT", "W8A8"}
 #: Top-level keys that describe the file rather than a tensor.
 METADATA_KEYS: frozenset[str] = frozenset(
-    {
-        "version",
-        "model_quant_type",
-        "group_size",
-        "is_rot_used",
-        "metadata",
-        "optional",
-        "fa_quant_type",
-        "kv_cache_type",
-        "ignore",
-        "packed_modules_mapping",
-    }
+    {"version", "model_quant_type", "group_size", "is_rot_used", "metadata", "optional"}
+    | {"fa_quant_type", "kv_cache_type", "ignore", "packed_modules_mapping"}
 )
 #: Expert projection names, in SGLang's probing order: (gate, up, down).
 NAMING_CONVENTIONS: tuple[tuple[str, str, str], ...] = (
     ("gate_proj", "up_proj", "down_proj"),
     ("w1", "w3", "w2"),
 )
-_FIX = "re-export the checkpoint with msmodelslim or restore the original file"
 _EXPERT_KEY = re.compile(r"^(.*)\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
 _MTP_ROOTS = ("mtp.", "language_model.mtp.", "model.mtp.", "model.language_model.mtp.")
-
-
-class DescriptionError(ValueError):
-    """A description that cannot be used; the message names the file, the key and the fix."""
-
-    def __init__(self, source: str, key: str | None, problem: str, fix: str = _FIX) -> None:
-        where = f"{source}: key {key!r}: " if key is not None else f"{source}: "
-        super().__init__(f"{where}{problem}; fix: {fix}")
-        self.source = source
-        self.key = key
 
 
 def tensor_entries(desc: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -76,61 +37,6 @@ def tensor_entries(desc: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     for key, value in desc.items():
         if key not in METADATA_KEYS:
             yield key, value
-
-
-def validate_description(desc: object, source: str = "<description>") -> dict[str, Any]:
-    """Return ``desc`` when it is a usable description, else raise DescriptionError."""
-    if not isinstance(desc, dict):
-        raise DescriptionError(
-            source,
-            None,
-            f"top level is a JSON {type(desc).__name__}, expected an object of "
-            "tensor name -> scheme",
-        )
-    unknown: list[str] = []
-    for key, value in tensor_entries(desc):
-        if not isinstance(value, str):
-            raise DescriptionError(
-                source,
-                key,
-                f"scheme is a JSON {type(value).__name__} ({value!r}), expected a string such as "
-                "'FLOAT' or 'W8A8_DYNAMIC'",
-            )
-        if value not in KNOWN_SCHEMES:
-            unknown.append(key)
-    if unknown:
-        first = unknown[0]
-        more = f" (and {len(unknown) - 1} more keys)" if len(unknown) > 1 else ""
-        raise DescriptionError(
-            source,
-            first,
-            f"unknown scheme {desc[first]!r}{more}; known: {', '.join(sorted(KNOWN_SCHEMES))}",
-            fix="use a ModelSlim release whose schemes SGLang supports, or correct the entry",
-        )
-    return desc
-
-
-def load_description(path: str | Path) -> dict[str, Any]:
-    """Read and validate ``quant_model_description.json``; DescriptionError on any problem."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DescriptionError(
-            source,
-            None,
-            "file not found",
-            fix="point at the checkpoint folder that holds quant_model_description.json",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DescriptionError(source, None, f"cannot read the file ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DescriptionError(
-            source, None, f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    return validate_description(data, source)
 
 
 def moe_prefix_candidates(prefix: str) -> list[str]:

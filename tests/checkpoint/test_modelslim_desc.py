@@ -1,92 +1,20 @@
-"""modelslim_desc: reading descriptions, bad input, MoE lookup rules and the MTP questions."""
+"""modelslim_desc: the MoE lookup rules and the MTP questions."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 
 from qwen_npu.checkpoint.modelslim_desc import (
-    KNOWN_SCHEMES,
-    DescriptionError,
     find_moe_schemes,
-    load_description,
     moe_all_float,
     moe_layer_is_unquantized,
     moe_prefix_candidates,
     mtp_entries,
     mtp_is_all_float,
-    validate_description,
 )
 from tests.patches.helpers import W_NAMES, description, expert_entries
 
 MTP = "mtp.layers.0.mlp.experts"
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "quant_model_description.json"
-    path.write_text(text)
-    return path
-
-
-def test_load_a_good_description(tmp_path: Path) -> None:
-    desc = description(mtp=expert_entries(MTP, "FLOAT"))
-    assert load_description(write(tmp_path, json.dumps(desc))) == desc
-
-
-@pytest.mark.parametrize(
-    ("text", "needles"),
-    [
-        ('{"model.a.weight": "W8A8", ', ["not valid JSON", "line 1"]),
-        ("[1, 2]", ["top level is a JSON list", "expected an object"]),
-        ('"FLOAT"', ["top level is a JSON str"]),
-        ('{"model.a.weight": "W9A9"}', ["key 'model.a.weight'", "unknown scheme 'W9A9'"]),
-        (
-            '{"a.weight": "W9A9", "b.weight": "FP4", "c.weight": "FLOAT"}',
-            ["key 'a.weight'", "(and 1 more keys)"],
-        ),
-        ('{"model.a.weight": 3}', ["key 'model.a.weight'", "scheme is a JSON int"]),
-    ],
-)
-def test_bad_descriptions_are_one_clear_line(tmp_path: Path, text: str, needles: list[str]) -> None:
-    path = write(tmp_path, text)
-    with pytest.raises(DescriptionError) as info:
-        load_description(path)
-    message = str(info.value)
-    assert message.startswith(str(path))
-    assert "fix:" in message and "\n" not in message
-    for needle in needles:
-        assert needle in message
-
-
-def test_missing_file_names_the_path_and_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(DescriptionError, match="file not found; fix: point at the checkpoint"):
-        load_description(tmp_path / "nope.json")
-
-
-def test_metadata_values_are_not_schemes() -> None:
-    desc = {
-        "version": "1.0",
-        "group_size": 0,
-        "ignore": [],
-        "packed_modules_mapping": {},
-        "model_quant_type": "W8A8_DYNAMIC",
-        "kv_cache_type": "C8",
-        "a.weight": "FLOAT",
-    }
-    assert validate_description(desc) is desc
-
-
-def test_every_known_scheme_loads_and_an_unknown_one_is_named() -> None:
-    """What KNOWN_SCHEMES means, by behaviour: the readers accept each of them, and refuse a
-    scheme outside them naming the key and the known list."""
-    for scheme in sorted(KNOWN_SCHEMES):
-        desc = {"model_quant_type": "W8A8_DYNAMIC", "model.layers.0.mlp.down_proj.weight": scheme}
-        assert validate_description(desc) == desc
-    bad = {"model.layers.0.mlp.down_proj.weight": "W3A3_FANCY"}
-    with pytest.raises(DescriptionError, match=r"down_proj.weight.*'W3A3_FANCY'.*known: FLOAT"):
-        validate_description(bad)
 
 
 def test_prefix_candidates_in_sglangs_order() -> None:

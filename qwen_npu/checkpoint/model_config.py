@@ -1,10 +1,8 @@
 """Read a Qwen3.5/3.6 ``config.json`` into one typed record, the way SGLang 0.5.23 reads it.
 
-Preflight (TP feasibility, UB plan, memory) and the sidecar (its predicted UB plan) both need the
-same handful of fields, including the two traps: the VL checkpoints keep the text model under
-``text_config``, and the SSM state dtype is SGLang's ``--mamba-ssm-dtype`` flag, else the
-``SGLANG_MAMBA_SSM_DTYPE`` environment variable, else the config's ``mamba_ssm_dtype``, else
-float32. One reader keeps that rule in one place. Standard library only (runs in the engine image).
+Preflight and the sidecar need the same fields and the same two traps: the VL checkpoints keep
+the text model under ``text_config``, and the SSM state dtype is the flag, else the environment,
+else the config, else float32. Standard library only (runs in the engine image).
 """
 
 from __future__ import annotations
@@ -59,12 +57,8 @@ class ModelConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The fields of a Qwen3.5/3.6 text model that serving decisions depend on.
-
-    GDN fields (``linear_*``) are None when the config has none (not a hybrid GDN model); experts
-    are 0 for a dense model. ``mamba_ssm_dtype`` is the effective dtype after SGLang's override
-    order; ``mamba_ssm_dtype_source`` says where it came from (flag, env, config or default).
-    """
+    """What serving decisions depend on. GDN fields are None without GDN; experts 0 when dense;
+    ``mamba_ssm_dtype_source`` is flag, env, config or default."""
 
     path: str
     architecture: str
@@ -130,20 +124,9 @@ def config_path(model_dir_or_config_json: str | os.PathLike[str]) -> Path:
     return path / CONFIG_NAME if path.is_dir() else path
 
 
-def bom_message(path: Path) -> str:
-    """Why a JSON file that starts with a UTF-8 byte-order mark is refused, and the fix."""
-    return (
-        f"{path}: starts with a UTF-8 byte-order mark, which transformers refuses (json: "
-        "'Unexpected UTF-8 BOM'); save it as UTF-8 without a BOM, e.g. "
-        f"sed -i '1s/^\\xEF\\xBB\\xBF//' {path}"
-    )
-
-
 def read_json(path: Path, what: str, error: type[Exception] = ModelConfigError) -> Any:
-    """A checkpoint's JSON file, parsed; ``error`` (naming the file and the fix) when it cannot be
-    read, is empty, starts with a byte-order mark, is not UTF-8 or is not JSON. ``what`` names the
-    file in the fix ("copy the <what> again from the checkpoint"). Preflight reads its files
-    through it too (with its own error)."""
+    """A checkpoint's JSON file, parsed, or ``error`` naming the file and the fix (preflight
+    passes its own); ``what`` names the file in the fix."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -151,7 +134,11 @@ def read_json(path: Path, what: str, error: type[Exception] = ModelConfigError) 
     if not raw.strip():
         raise error(f"{path}: file is empty; copy the {what} again from the checkpoint")
     if raw.startswith(codecs.BOM_UTF8):
-        raise error(bom_message(path))
+        raise error(
+            f"{path}: starts with a UTF-8 byte-order mark, which transformers refuses (json: "
+            "'Unexpected UTF-8 BOM'); save it as UTF-8 without a BOM, e.g. "
+            f"sed -i '1s/^\\xEF\\xBB\\xBF//' {path}"
+        )
     try:
         return json.loads(raw)
     except UnicodeDecodeError as exc:
@@ -223,27 +210,20 @@ class _Reader:
             )
         return value
 
-    def str_(self, key: str, default: str) -> str:
+    def _typed(self, key: str, default: Any, kind: type, expected: str) -> Any:
         value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise ModelConfigError(
-                f"{self.path}: key {self._key(key)!r} is a JSON {json_type(value)}, expected a "
-                "string; fix the value in config.json"
-            )
-        return value
-
-    def bool_(self, key: str, default: bool) -> bool:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
+        if value is not None and not isinstance(value, kind):
             raise ModelConfigError(
                 f"{self.path}: key {self._key(key)!r} is a JSON {json_type(value)}, expected "
-                "true or false; fix the value in config.json"
+                f"{expected}; fix the value in config.json"
             )
-        return value
+        return default if value is None else value
+
+    def str_(self, key: str, default: str) -> str:
+        return str(self._typed(key, default, str, "a string"))
+
+    def bool_(self, key: str, default: bool) -> bool:
+        return bool(self._typed(key, default, bool, "true or false"))
 
 
 def _architecture(path: Path, top: Mapping[str, Any]) -> str:
@@ -278,11 +258,8 @@ def resolve_ssm_dtype(
     flag: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[str, str, list[str]]:
-    """SGLang's order for the SSM state dtype: flag, then env, then config, then float32.
-
-    Returns (dtype, source, warnings). An invalid flag is an error (SGLang's argument parser
-    rejects it); an invalid env or config value is skipped with a warning, as SGLang does.
-    """
+    """(dtype, source, warnings) in SGLang's order: flag, env, config, float32. A bad flag is an
+    error (SGLang's parser refuses it); a bad env or config value is skipped with a warning."""
     env = os.environ if environ is None else environ
     notes: list[str] = []
     if flag is not None:
@@ -387,12 +364,8 @@ def read_model_config(
     mamba_ssm_dtype: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ModelConfig:
-    """Read ``config.json`` (a checkpoint directory or the file itself) into a ModelConfig.
-
-    ``mamba_ssm_dtype`` is SGLang's ``--mamba-ssm-dtype`` flag (None when not passed);
-    ``environ`` defaults to ``os.environ`` (read for ``SGLANG_MAMBA_SSM_DTYPE``).
-    Raises ModelConfigError (one line: file, key, fix) on anything unusable.
-    """
+    """``config.json`` (a checkpoint directory or the file) as a ModelConfig, or
+    ModelConfigError; ``mamba_ssm_dtype`` is SGLang's flag (None when not passed)."""
     path = config_path(model_dir_or_config_json)
     return parse_model_config(
         _load_json_object(path), path, mamba_ssm_dtype=mamba_ssm_dtype, environ=environ

@@ -1,79 +1,398 @@
-"""The chart's offline toolkit (Helm's Go SDK through helm-python-sdk, Kubernetes' JSON schemas).
-
-``render`` loads and renders the chart and reads the render (the engine's args, pod requests, the
-Volcano PodGroup); ``validate`` checks objects against the schemas and runs Helm's lint;
-``python -m tools.chart`` is behind `make chart`. The tests and the perf harnesses read the chart
-through ``from tools import chart``: the names below are that one surface.
+"""The chart's offline toolkit: render the chart with Helm's Go SDK (helm-python-sdk), read the
+render (the engine's args, pod requests, the Volcano PodGroup), validate objects against
+kubernetes-validate's strict schemas and the custom resources' schemas in tools/schemas/, and run
+Helm's lint. `make chart`, the tests and the perf harnesses share it (``from tools import chart``).
 """
 
-from tools.chart.render import (
-    CHIPS_DIR,
-    CI_DIR,
-    CLOUDS_DIR,
-    CR_KINDS,
-    CR_SCHEMAS,
-    IMAGE_VOLUME_MIN,
-    KUBE_VERSIONS,
-    NAMESPACE,
-    PROFILES_DIR,
-    RELEASE,
-    RUNTIMES,
-    chart,
-    ci_overlays,
-    container,
-    deep_merge,
-    documents,
-    engine_args,
-    engine_workload,
-    find,
-    merged_values,
-    pod_requests,
-    pod_templates,
-    profiles,
-    quantity,
-    render,
-    render_docs,
-    scenarios,
-    values_from,
-    volcano_podgroup,
-)
-from tools.chart.validate import (
-    is_builtin,
-    lint,
-    validate,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CHIPS_DIR",
-    "CI_DIR",
-    "CLOUDS_DIR",
-    "CR_KINDS",
-    "CR_SCHEMAS",
-    "IMAGE_VOLUME_MIN",
-    "KUBE_VERSIONS",
-    "NAMESPACE",
-    "PROFILES_DIR",
-    "RELEASE",
-    "RUNTIMES",
-    "chart",
-    "ci_overlays",
-    "container",
-    "deep_merge",
-    "documents",
-    "engine_args",
-    "engine_workload",
-    "find",
-    "is_builtin",
-    "lint",
-    "merged_values",
-    "pod_requests",
-    "pod_templates",
-    "profiles",
-    "quantity",
-    "render",
-    "render_docs",
-    "scenarios",
-    "validate",
-    "values_from",
-    "volcano_podgroup",
-]
+import copy
+import json
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import importlib_resources
+import jsonschema  # type: ignore[import-untyped]
+import yaml
+
+from tools.paths import CHART_DIR, REPO
+
+PROFILES_DIR = CHART_DIR / "profiles"
+CI_DIR = CHART_DIR / "ci"
+CHIPS_DIR = CHART_DIR / "chips"
+CLOUDS_DIR = CHART_DIR / "clouds"
+CR_SCHEMAS = REPO / "tools" / "schemas"
+RELEASE = "qwen-npu"
+NAMESPACE = "llm"
+
+# Every minor the chart's kubeVersion (>=1.29) claims and kubernetes-validate knows.
+KUBE_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37"]
+# The image volume source (model.source=image) exists from 1.31 (alpha), beta from 1.33.
+IMAGE_VOLUME_MIN = "1.33"
+
+# Custom resources -> the schema file kept for them.
+CR_KINDS = {
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset-leaderworkerset-v1.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroup-scheduling-v1beta1.json",
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json",
+}
+
+# libyaml's safe loader (PyYAML's wheels carry it): the same objects as yaml.safe_load, eight times
+# faster on the dashboards' ConfigMap, the bulk of every render (the chart tests parse hundreds).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# npu.runtime modes every profile renders with (issue 14: profile x MTP x runtime).
+RUNTIMES = {"ascend-docker-runtime": "", "hostPath": "-npu-hostpath"}
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's values coalescing for maps (override wins, lists replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def values_from(*files: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The user values of `helm install -f f1 -f f2 --set ...` (chart defaults not included)."""
+    merged: dict[str, Any] = {}
+    for path in files:
+        loaded = yaml.safe_load(path.read_text()) or {}
+        merged = deep_merge(merged, loaded)
+    return deep_merge(merged, extra or {})
+
+
+def profiles() -> list[Path]:
+    return sorted(PROFILES_DIR.glob("*.yaml"))
+
+
+def ci_overlays() -> list[Path]:
+    return sorted(CI_DIR.glob("*-values.yaml"))
+
+
+def scenarios() -> dict[str, dict[str, Any]]:
+    """Named user-values sets: every profile with MTP on and off in every npu.runtime mode, every
+    ci/ overlay, the LWS profile with the optional parts on, a single-node profile on an A3."""
+    found: dict[str, dict[str, Any]] = {}
+    for profile in profiles():
+        for runtime, suffix in RUNTIMES.items():
+            for mtp in (True, False):
+                name = f"{profile.stem}-mtp-{'on' if mtp else 'off'}{suffix}"
+                extra = {"mtp": {"enabled": mtp}, "npu": {"runtime": runtime}}
+                found[name] = values_from(profile, extra=extra)
+    for overlay in ci_overlays():
+        found[f"ci-{overlay.stem.removesuffix('-values')}"] = values_from(overlay)
+    # The largest checkpoint (a LeaderWorkerSet) with the optional parts on.
+    big = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml"
+    for part in ("router", "hpa", "apikey", "multinode", "guaranteed", "fault-rescheduling"):
+        found[f"397b-{part}"] = values_from(big, CI_DIR / f"{part}-values.yaml")
+    mid = PROFILES_DIR / "qwen3.5-122b-a10b-w8a8.yaml"
+    found["122b-a3"] = values_from(mid, CHIPS_DIR / "a3.yaml")
+    found["122b-cce"] = values_from(mid, CLOUDS_DIR / "cce.yaml")
+    a3 = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8-a3.yaml"
+    found["397b-a3-superpod"] = values_from(a3, extra={"scheduling": {"superPod": {"spBlock": 16}}})
+    return found
+
+
+@cache
+def chart() -> helm.Chart:
+    """The chart, loaded once per process."""
+    return helm.Chart.load(CHART_DIR)
+
+
+def render(values: dict[str, Any] | None = None, **options: Any) -> dict[str, str]:
+    """Template path -> rendered text (NOTES.txt included)."""
+    opts = {"name": RELEASE, "namespace": NAMESPACE, **options}
+    return chart().render(values or {}, **opts)
+
+
+def merged_values(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's defaults coalesced with `values` (what a release would use)."""
+    return chart().merge_values(values or {})
+
+
+def documents(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    """Every Kubernetes object of a render, in template order; NOTES.txt and empty docs dropped."""
+    docs: list[dict[str, Any]] = []
+    for name in sorted(rendered):
+        if name.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.load_all(rendered[name], Loader=_YAML_LOADER):
+            if doc:
+                doc.setdefault("metadata", {}).setdefault("annotations", {})
+                docs.append(doc)
+                if not doc["metadata"]["annotations"]:
+                    del doc["metadata"]["annotations"]
+    return docs
+
+
+@lru_cache(maxsize=256)
+def _rendered_documents(values_json: str) -> list[dict[str, Any]]:
+    return documents(render(json.loads(values_json)))
+
+
+def render_docs(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The objects `values` render to. A render is a pure function of the values, so each distinct
+    values set is rendered once per process (the chart tests ask for the same ones many times);
+    every caller gets its own copy to change."""
+    return copy.deepcopy(_rendered_documents(json.dumps(values or {}, sort_keys=True)))
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+
+
+def pod_templates(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(role, pod template) of a workload: Deployment -> one, LeaderWorkerSet -> leader + worker."""
+    if doc["kind"] == "Deployment":
+        yield "single", doc["spec"]["template"]
+    elif doc["kind"] == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        yield "leader", lwt["leaderTemplate"]
+        yield "worker", lwt["workerTemplate"]
+
+
+def container(template: dict[str, Any], name: str) -> dict[str, Any] | None:
+    spec = template["spec"]
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        if c["name"] == name:
+            return dict(c)
+    return None
+
+
+def engine_workload(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine's Deployment or LeaderWorkerSet."""
+    found = [
+        d
+        for d in docs
+        if d["kind"] in ("Deployment", "LeaderWorkerSet")
+        and d["metadata"]["name"].endswith("-engine")
+    ]
+    if len(found) != 1:
+        raise AssertionError(f"expected one engine workload, found {len(found)}")
+    return found[0]
+
+
+def engine_args(docs: list[dict[str, Any]], role: str | None = None) -> list[str]:
+    """The engine container's args of the serving pod (or of `role`)."""
+    for found_role, template in pod_templates(engine_workload(docs)):
+        if (role is None and found_role != "worker") or role == found_role:
+            engine = container(template, "engine")
+            assert engine is not None
+            return [str(a) for a in engine["args"]]
+    raise AssertionError(f"no engine pod template with role {role}")
+
+
+# --- Volcano gang scheduling of LeaderWorkerSet groups ------------------------------------------
+
+_SUFFIX: dict[str, Decimal | int] = {
+    "": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}  # fmt: skip
+
+
+def quantity(text: Any) -> Decimal:
+    """A Kubernetes quantity ("500m", "128Gi", 8) as a number."""
+    match = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(text))
+    if match is None or match[2] not in _SUFFIX:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return Decimal(match[1]) * Decimal(_SUFFIX[match[2]])
+
+
+def _format_quantity(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def pod_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
+    """Kubernetes' effective requests of a pod (what the scheduler and LWS's PodGroup sum): the
+    containers plus the native sidecars, or the largest init container with the sidecars started
+    before it, whichever is larger per resource."""
+
+    def requests(c: dict[str, Any]) -> dict[str, Decimal]:
+        return {k: quantity(v) for k, v in c.get("resources", {}).get("requests", {}).items()}
+
+    total: dict[str, Decimal] = {}
+    for c in spec["containers"]:
+        for k, v in requests(c).items():
+            total[k] = total.get(k, Decimal(0)) + v
+    sidecars: dict[str, Decimal] = {}
+    for c in spec.get("initContainers", []):
+        if c.get("restartPolicy") == "Always":
+            for k, v in requests(c).items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + v
+                total[k] = total.get(k, Decimal(0)) + v
+        else:
+            for k, v in requests(c).items():
+                total[k] = max(total.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
+    return total
+
+
+def volcano_podgroup(lws: dict[str, Any], group: int = 0) -> dict[str, Any] | None:
+    """The PodGroup the LWS controller's Volcano provider creates for one group of a rendered
+    LeaderWorkerSet (kubernetes-sigs/lws pkg/schedulerprovider/volcano_provider.go: named
+    `<lws>-<group>-<revision>`, minMember = size with startupPolicy LeaderCreated, minResources =
+    the leader's requests plus (size - 1) workers', queue from the
+    scheduling.volcano.sh/queue-name annotation), or None when Volcano does not schedule it."""
+    if lws.get("kind") != "LeaderWorkerSet":
+        return None
+    templates = dict(pod_templates(lws))
+    if templates["worker"]["spec"].get("schedulerName") != "volcano":
+        return None
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    size = int(lwt.get("size", 1))
+    leader = pod_requests(templates.get("leader", templates["worker"])["spec"])
+    worker = pod_requests(templates["worker"]["spec"])
+    resources = {k: leader.get(k, Decimal(0)) + (size - 1) * worker.get(k, Decimal(0))
+                 for k in sorted(leader.keys() | worker.keys())}  # fmt: skip
+    spec: dict[str, Any] = {
+        "minMember": 1 if lws["spec"].get("startupPolicy") == "LeaderReady" else size,
+        "minResources": {k: _format_quantity(v) for k, v in resources.items()},
+    }
+    queue = lws["metadata"].get("annotations", {}).get("scheduling.volcano.sh/queue-name")
+    if queue:
+        spec["queue"] = queue
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": f"{lws['metadata']['name']}-{group}-revision",
+            "namespace": lws["metadata"].get("namespace", NAMESPACE),
+        },
+        "spec": spec,
+    }
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+
+class _SchemaStore:
+    """kubernetes-validate's strict schemas, one compiled validator per (version, file).
+
+    Its schemas point into a 1.4 MB `_definitions.json` with `$ref`s; resolving them per document
+    costs ~30 ms. They are inlined once here (a definition that refers back to itself is left
+    open), so a validation takes a fraction of a millisecond.
+    """
+
+    def __init__(self) -> None:
+        self._root = importlib_resources.files("kubernetes_validate").joinpath(
+            "kubernetes-json-schema"
+        )
+        self._definitions: dict[str, dict[str, Any]] = {}
+        self._inlined: dict[tuple[str, str], Any] = {}
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
+
+    def _dir(self, version: str) -> Any:
+        return self._root.joinpath(f"v{version}.0-local-strict")
+
+    def _inline(self, version: str, node: Any, stack: tuple[str, ...] = ()) -> Any:
+        if isinstance(node, list):
+            return [self._inline(version, item, stack) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and "#/$defs/" in ref:
+            name = ref.split("#/$defs/", 1)[1]
+            if name in stack:
+                return {}
+            key = (version, name)
+            if key not in self._inlined:
+                if version not in self._definitions:
+                    text = self._dir(version).joinpath("_definitions.json").read_text()
+                    self._definitions[version] = json.loads(text)["$defs"]
+                target = self._definitions[version][name]
+                self._inlined[key] = self._inline(version, target, (*stack, name))
+            return self._inlined[key]
+        return {k: self._inline(version, v, stack) for k, v in node.items()}
+
+    def validator(self, version: str, filename: str) -> jsonschema.protocols.Validator | None:
+        key = (version, filename)
+        if key not in self._validators:
+            path = self._dir(version).joinpath(filename)
+            if not path.is_file():
+                self._validators[key] = None
+            else:
+                schema = self._inline(version, json.loads(path.read_text()))
+                self._validators[key] = jsonschema.Draft202012Validator(schema)
+        return self._validators[key]
+
+
+_STORE = _SchemaStore()
+
+
+def _kube_filename(doc: dict[str, Any]) -> str:
+    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", doc["apiVersion"])
+    return f"{doc['kind'].lower()}-{api}.json"
+
+
+@cache
+def _cr_validator(filename: str) -> jsonschema.protocols.Validator:
+    schema = json.loads((CR_SCHEMAS / filename).read_text())
+    return jsonschema.Draft7Validator(schema)
+
+
+def _errors(validator: jsonschema.protocols.Validator, doc: Any, where: str) -> list[str]:
+    return [
+        f"{where}: {'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    ]
+
+
+def is_builtin(doc: dict[str, Any], version: str = KUBE_VERSIONS[-1]) -> bool:
+    """Whether Kubernetes itself defines the object's kind (kubernetes-validate has a schema)."""
+    return _STORE.validator(version, _kube_filename(doc)) is not None
+
+
+def validate(doc: dict[str, Any], version: str) -> list[str]:
+    """Strict schema errors of one object for one Kubernetes minor (empty list = valid).
+
+    A LeaderWorkerSet that Volcano schedules also has the PodGroup the LWS controller would create
+    for its groups (`volcano_podgroup`) checked against the Volcano CRD schema.
+    """
+    where = f"{doc['kind']}/{doc['metadata'].get('name')} (k8s {version})"
+    cr = CR_KINDS.get((doc["apiVersion"], doc["kind"]))
+    if cr is not None:
+        errors = _errors(_cr_validator(cr), doc, where)
+        pod = _STORE.validator(version, "podtemplatespec-v1.json")
+        assert pod is not None
+        for role, template in pod_templates(doc):
+            errors += _errors(pod, template, f"{where} {role}Template")
+        group = volcano_podgroup(doc)
+        if group is not None:
+            errors += validate(group, version)
+        return errors
+    validator = _STORE.validator(version, _kube_filename(doc))
+    if validator is None:
+        return [f"{where}: no schema for {doc['apiVersion']} {doc['kind']}"]
+    return _errors(validator, doc, where)
+
+
+def lint(
+    values: dict[str, Any], versions: tuple[str, ...] = (KUBE_VERSIONS[0], KUBE_VERSIONS[-1])
+) -> list[str]:
+    """`helm lint --strict` findings at warning level and above, for each Kubernetes minor of
+    `versions` (Helm's lint flags APIs deprecated or removed in that version); by default the
+    oldest and the newest the chart claims."""
+    findings: list[str] = []
+    for version in versions:
+        report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{version}.0")
+        findings += [
+            f"k8s {version}: {m['path']}: {m['error']}"
+            for m in report["messages"]
+            if int(m["severity"]) >= 2
+        ]
+        findings += [f"k8s {version}: {e}" for e in report.get("errors") or []]
+    return findings

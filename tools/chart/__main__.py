@@ -1,5 +1,5 @@
-"""`python -m tools.chart render|package|sim-engine-args`: behind `make chart`, `make chart-package`
-and the simulator's chart-backed profiles (`make sim`, `make demo`)."""
+"""`python -m tools.chart render|package|sim-renders|engine-args`: behind `make chart`,
+`make chart-package`, `make sim-renders` and `make verify-patches`."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import helm_python as helm
 import yaml
 
 from qwen_npu.sim.chart_engine import PACKAGED
-from tools.chart import sim_renders
-from tools.chart.render import (
+from tools.chart import (
     PROFILES_DIR,
     documents,
     engine_args,
+    lint,
     profiles,
     render,
     render_docs,
     scenarios,
+    sim_renders,
     values_from,
 )
-from tools.chart.validate import lint
 from tools.paths import CHART_DIR, REPO
 from tools.versions import read_versions
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from qwen_npu.sim.chart_engine import render_key
-from tools.chart.render import PROFILES_DIR, engine_args, render_docs, values_from
+from tools.chart import PROFILES_DIR, engine_args, render_docs, values_from
 from tools.paths import SIM_PROFILES
 
 

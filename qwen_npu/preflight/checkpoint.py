@@ -1,10 +1,7 @@
 """Read a checkpoint's small files: config, ModelSlim description, weight index, tokenizer.
 
-Why this exists: the engine reads these files only after minutes of setup, and a truncated or
-mistyped one costs a whole start. Here each is read once, checked for the types the later checks
-rely on, and anything unusable becomes an ``InputError`` (exit 2, one line: file, key, fix). A file
-that is merely absent is not bad input: it becomes a finding (the engine would fail), except
-config.json, without which nothing can be judged.
+Anything unusable is an ``InputError`` (exit 2, one line: file, key, fix); a file merely absent is
+a finding (the engine would fail), except config.json, without which nothing can be judged.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from qwen_npu.checkpoint.model_config import (
     read_json,
     read_model_config,
 )
-from qwen_npu.preflight.findings import BLOCKING, WARNING, Finding, finding
+from qwen_npu.preflight.findings import BLOCKING, WARNING, Finding, add
 from qwen_npu.preflight.quant import DescriptionScan, scan_description
 
 DESCRIPTION_NAME = "quant_model_description.json"
@@ -163,27 +160,25 @@ def _check_tokenizer(ckpt: Checkpoint, names: set[str]) -> None:
                 "expected an object; copy it again from the model's release"
             )
     if missing:
-        ckpt.findings.append(
-            finding(
-                "tokenizer-missing",
-                BLOCKING,
-                f"tokenizer files missing from {ckpt.root}: {', '.join(missing)}; the engine "
-                "fails loading the tokenizer. Copy them from the model's release",
-                missing,
-            )
+        add(
+            ckpt.findings,
+            "tokenizer-missing",
+            BLOCKING,
+            f"tokenizer files missing from {ckpt.root}: {', '.join(missing)}; the engine "
+            "fails loading the tokenizer. Copy them from the model's release",
+            missing,
         )
 
 
 def _check_architecture(ckpt: Checkpoint) -> None:
     arch = ckpt.config.architecture
     if arch and arch not in SUPPORTED_ARCHITECTURES:
-        ckpt.findings.append(
-            finding(
-                "architecture-unsupported",
-                BLOCKING,
-                f"config.json's architectures is {arch}: this engine serves Qwen3.5/3.6 "
-                f"checkpoints only ({', '.join(SUPPORTED_ARCHITECTURES)}); pass such a checkpoint",
-            )
+        add(
+            ckpt.findings,
+            "architecture-unsupported",
+            BLOCKING,
+            f"config.json's architectures is {arch}: this engine serves Qwen3.5/3.6 "
+            f"checkpoints only ({', '.join(SUPPORTED_ARCHITECTURES)}); pass such a checkpoint",
         )
 
 
@@ -191,32 +186,29 @@ def _check_weights(ckpt: Checkpoint, names: set[str]) -> None:
     if ckpt.index is None:
         if SINGLE_WEIGHTS_NAME in names:
             return
-        ckpt.findings.append(
-            finding(
-                "index-missing",
-                BLOCKING,
-                f"{ckpt.root}: neither {INDEX_NAME} nor {SINGLE_WEIGHTS_NAME}; the engine finds "
-                "no weights. Copy the weight files and the index from the checkpoint",
-            )
+        add(
+            ckpt.findings,
+            "index-missing",
+            BLOCKING,
+            f"{ckpt.root}: neither {INDEX_NAME} nor {SINGLE_WEIGHTS_NAME}; the engine finds "
+            "no weights. Copy the weight files and the index from the checkpoint",
         )
         return
     if ckpt.missing_shards:
-        ckpt.findings.append(
-            finding(
-                "shards-missing",
-                BLOCKING,
-                f"{len(ckpt.missing_shards)} of {len(ckpt.shard_files)} shard files named by "
-                f"{INDEX_NAME} are missing; the load would fail after minutes. Finish the copy",
-                ckpt.missing_shards,
-            )
+        add(
+            ckpt.findings,
+            "shards-missing",
+            BLOCKING,
+            f"{len(ckpt.missing_shards)} of {len(ckpt.shard_files)} shard files named by "
+            f"{INDEX_NAME} are missing; the load would fail after minutes. Finish the copy",
+            ckpt.missing_shards,
         )
     if ckpt.total_size is None:
-        ckpt.findings.append(
-            finding(
-                "index-no-total-size",
-                WARNING,
-                f"{INDEX_NAME} has no metadata.total_size; the memory estimate uses the shapes",
-            )
+        add(
+            ckpt.findings,
+            "index-no-total-size",
+            WARNING,
+            f"{INDEX_NAME} has no metadata.total_size; the memory estimate uses the shapes",
         )
 
 
@@ -253,5 +245,5 @@ def load_checkpoint(
     _check_weights(ckpt, names)
     _check_tokenizer(ckpt, names)
     for note in config.warnings:
-        ckpt.findings.append(finding("ssm-dtype-ignored", WARNING, note))
+        add(ckpt.findings, "ssm-dtype-ignored", WARNING, note)
     return ckpt

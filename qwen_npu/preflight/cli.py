@@ -1,12 +1,8 @@
 """``qwen-npu preflight MODEL_DIR``: will it start? Exit 0 ready, 1 would fail, 2 bad input.
 
-Why this exists: the chart's init container and an engineer both run it before a model load that
-takes many minutes. Two ways in: by hand, ``MODEL_DIR`` with preflight's own flags (``--tp``,
-``--no-mtp``, ``--mamba-ssm-dtype``...); from the chart, ``--engine-args`` followed by the
-engine's whole rendered command line, from which preflight reads the checkpoint, TP, SSM dtype,
-speculative decoding and quantization by SGLang's own flag names (the chart builds the line once).
-It never prints a traceback: bad input is one line naming the file and the fix (and, with
-``--json``, a JSON object with ``verdict: bad_input``).
+By hand: ``MODEL_DIR`` and preflight's own flags. From the chart: ``--engine-args`` and the
+engine's whole rendered line. Never a traceback: bad input is one line (and, with ``--json``, an
+object with ``verdict: bad_input``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""Read what preflight judges from the engine's own command line, by SGLang's argument names.
+"""What preflight judges, read from the engine's own command line by SGLang 0.5.23's flag names.
 
-Why this exists: the chart is the one builder of the engine's command line. Its preflight init
-container gets that rendered line (``qwen-npu preflight --engine-args <the engine's args>``), and
-this module reads from it what the verdict depends on: the checkpoint (``--model-path``), the TP
-(``--tp-size``), the SSM state dtype (``--mamba-ssm-dtype``), speculative decoding
-(``--speculative-algorithm``), its draft count (``--speculative-num-draft-tokens``) and
-quantization (``--speculative-draft-model-quantization``), the
-quantization (``--quantization``) and the static memory share (``--mem-fraction-static``). The
-names, aliases and choices are SGLang 0.5.23's (``sglang.srt.server_args.ServerArgs.add_cli_args``;
-a test parses every rendered line with both and compares). Every other flag is SGLang's business and
-is passed over. The flags are read by the patches' own reader (``patches.modes.flag_value``, the
-one that also tells the engine's mode): as in SGLang's parser, a repeated flag keeps its last value
-and ``--flag=value`` works; abbreviations are not read here (the chart rejects them in
-``engine.extraArgs``). This module turns the values into settings and names a bad one.
+The chart builds the engine's line once and hands it to the preflight init container
+(``--engine-args``); the flags are read by the patches' reader (``patches.modes.flag_value``: the
+last of a repeated flag wins, ``--flag=value`` works), and every other flag is SGLang's business.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
-"""Estimate the weights each NPU holds, with the MTP's share, against the static memory budget.
+"""The weights each NPU holds, with the MTP's share, against the static memory budget.
 
-Why this exists: a checkpoint too large for its TP fails only after the whole load. The total and
-the MTP's share come from the shards' safetensors headers with ``--check-shards`` (exact); else
-the total from the index's ``metadata.total_size`` and the MTP's share from the shapes (the index
-has no per-tensor sizes); else both from the shapes in config.json and the description's schemes.
-Weights are split evenly over the TP ranks (the small replicated tensors are left out), and must
-fit in ``npu_memory_gb x mem_fraction_static`` with room left for the KV cache and the mamba
-state. 1 GB here is 2**30 bytes, as SGLang's own logs count it.
+A checkpoint too large for its TP fails only after the whole load. Sizes come from the shards'
+headers (``--check-shards``), else the index's total (the MTP's share from the shapes), else the
+shapes; weights split evenly over the ranks; 1 GB is 2**30 bytes, as SGLang's logs count it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from qwen_npu.checkpoint.model_config import ModelConfig
@@ -113,20 +109,8 @@ class MemoryEstimate:
         return self.fits and self.headroom_bytes < MIN_HEADROOM_SHARE * self.budget_bytes
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "total_bytes": self.total_bytes,
-            "mtp_bytes": self.mtp_bytes,
-            "mtp_enabled": self.mtp_enabled,
-            "tp": self.tp,
-            "per_npu_bytes": self.per_npu_bytes,
-            "mtp_per_npu_bytes": self.mtp_per_npu_bytes,
-            "npu_memory_gb": self.npu_memory_gb,
-            "mem_fraction_static": self.mem_fraction_static,
-            "budget_bytes": self.budget_bytes,
-            "headroom_bytes": self.headroom_bytes,
-            "fits": self.fits,
-        }
+        derived = ("per_npu_bytes", "mtp_per_npu_bytes", "budget_bytes", "headroom_bytes", "fits")
+        return {**asdict(self), **{key: getattr(self, key) for key in derived}}
 
 
 def estimate(
@@ -140,11 +124,7 @@ def estimate(
     npu_memory_gb: float,
     mem_fraction_static: float,
 ) -> MemoryEstimate:
-    """The estimate for one TP size.
-
-    ``measured`` is (total, MTP) bytes from the shards' safetensors headers (``--check-shards``);
-    else ``total_size`` from the index; else the shapes.
-    """
+    """One TP size; ``measured`` is (total, MTP) bytes from the shards' headers."""
     main, mtp_bytes = shape_bytes(config, parts)
     if measured is not None:
         source, (total, mtp_bytes) = "safetensors", measured

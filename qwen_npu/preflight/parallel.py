@@ -1,9 +1,7 @@
-"""Tensor-parallel feasibility and the mamba scatter's UB plan for each TP size.
+"""Tensor-parallel feasibility and the scatter's UB plan per TP size.
 
-Why this exists: SGLang shards the GDN value and key heads, the attention heads, the KV heads and
-the MLP widths across ``--tp-size`` and asserts divisibility while building the model, minutes into
-a start. The UB plan depends on the value heads per rank (H = value heads / TP), so it is computed
-per TP with ``qwen_npu.hardware.ub_plan`` (the same rule as the runtime patch).
+SGLang asserts the heads' and widths' divisibility by ``--tp-size`` minutes into a start; the UB
+plan depends on the value heads per rank, so it is computed per TP (``hardware.ub_plan``).
 """
 
 from __future__ import annotations

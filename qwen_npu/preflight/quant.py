@@ -1,11 +1,7 @@
 """The quantization side of preflight: per-part scheme summary, MoE checks, patches needed.
 
-Why this exists: a ModelSlim checkpoint fails SGLang 0.5.23 at startup on a fused-MoE layer whose
-schemes are missing, mixed or unsupported, and (without our patches) on the FLOAT MTP of the
-upstream pull request's checkpoint. The rules themselves live in
-``qwen_npu.checkpoint.modelslim_desc`` (the same functions the patches call); this module only
-walks the layers the engine would build, summarises what it saw, and turns each answer into a
-finding.
+The rules live in ``checkpoint.modelslim_desc`` (the patches call the same functions); this walks
+the layers the engine would build and turns each answer into a finding.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from qwen_npu.checkpoint import modelslim_desc
 from qwen_npu.checkpoint.model_config import ModelConfig
 from qwen_npu.hardware import ub_plan
 from qwen_npu.patches import registry
-from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
+from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, add
 
 # The patches preflight reasons about, looked up in the ledger (a renamed patch fails here).
 MOE_FALLBACK = registry.get_patch("modelslim-moe-unquant-fallback").name
@@ -41,12 +37,8 @@ _LINEAR_MODULES = frozenset({"w1", "w2", "w3", "fc"})
 
 
 def part_of(name: str) -> str | None:
-    """The model part a description key belongs to; None for keys that are not projections.
-
-    Only the ``.weight`` of a linear projection counts (norms, routers, scales are left out), so
-    the summary reads "routed experts: W8A8_DYNAMIC x 30720", not a mix of norms and scales.
-    Called once per key of descriptions with 10^5 keys: cheap string tests first.
-    """
+    """The part a linear projection's ``.weight`` belongs to (None for norms, routers, scales);
+    runs once per key of 10^5: cheap string tests first."""
     if not name.endswith(".weight"):
         return None
     stem = name[:-7]
@@ -186,24 +178,20 @@ def _check_moe(
             errors.setdefault(code, []).append(prefix)
             messages.setdefault(code, str(exc))
     for code, prefixes in errors.items():
-        report.findings.append(
-            finding(
-                code,
-                BLOCKING,
-                f"{len(prefixes)} MoE layer(s) fail SGLang's ModelSlim lookup, first: "
-                f"{messages[code]}. Re-export the checkpoint with one supported scheme per layer",
-                prefixes,
-            )
+        add(
+            report.findings,
+            code,
+            BLOCKING,
+            f"{len(prefixes)} MoE layer(s) fail SGLang's ModelSlim lookup, first: "
+            f"{messages[code]}. Re-export the checkpoint with one supported scheme per layer",
+            prefixes,
         )
 
 
 def _need_patches(report: QuantReport, mtp: bool) -> None:
-    """Which patches this checkpoint needs, and what happens with the disabled ones.
-
-    SGLang 0.5.23 fails at startup on an all-FLOAT fused-MoE layer it looks up. The draft's MoE is
-    looked up only when the draft is built with the ModelSlim config, i.e. without
-    mtp-modelslim-unquant; so a FLOAT MTP fails only when both patches are off.
-    """
+    """The patches this checkpoint needs and what disabling them does. SGLang fails on an
+    all-FLOAT MoE layer it looks up; the draft's is looked up only without mtp-modelslim-unquant,
+    so a FLOAT MTP fails only when both patches are off."""
     main_float = [p for p in report.moe_unquantized_layers if not p.startswith("mtp.")]
     mtp_float = [p for p in report.moe_unquantized_layers if p.startswith("mtp.")]
     off = set(report.disabled)
@@ -213,14 +201,13 @@ def _need_patches(report: QuantReport, mtp: bool) -> None:
             f"{len(main_float)} main-model MoE layer(s) are all FLOAT (first {main_float[0]})"
         )
         if MOE_FALLBACK in off:
-            report.findings.append(
-                finding(
-                    "patch-disabled",
-                    BLOCKING,
-                    f"main-model MoE layers are all FLOAT and {env} disables {MOE_FALLBACK}; "
-                    f"SGLang {SGLANG_VERSION} raises at startup. Remove {MOE_FALLBACK} from {env}",
-                    [MOE_FALLBACK],
-                )
+            add(
+                report.findings,
+                "patch-disabled",
+                BLOCKING,
+                f"main-model MoE layers are all FLOAT and {env} disables {MOE_FALLBACK}; "
+                f"SGLang {SGLANG_VERSION} raises at startup. Remove {MOE_FALLBACK} from {env}",
+                [MOE_FALLBACK],
             )
     if not (mtp and report.mtp_all_float):
         return
@@ -230,27 +217,25 @@ def _need_patches(report: QuantReport, mtp: bool) -> None:
     if MTP_UNQUANT not in off:
         return
     if mtp_float and MOE_FALLBACK in off:
-        report.findings.append(
-            finding(
-                "patch-disabled",
-                BLOCKING,
-                f"{env} disables {MTP_UNQUANT} and {MOE_FALLBACK}: the FLOAT draft is built with "
-                f"the ModelSlim config and SGLang {SGLANG_VERSION} raises 'Unsupported ModelSlim "
-                f"MoE schemes for layer {mtp_float[0]}' at startup. Remove them from {env}, or "
-                "start with MTP off",
-                [MTP_UNQUANT, MOE_FALLBACK],
-            )
+        add(
+            report.findings,
+            "patch-disabled",
+            BLOCKING,
+            f"{env} disables {MTP_UNQUANT} and {MOE_FALLBACK}: the FLOAT draft is built with "
+            f"the ModelSlim config and SGLang {SGLANG_VERSION} raises 'Unsupported ModelSlim "
+            f"MoE schemes for layer {mtp_float[0]}' at startup. Remove them from {env}, or "
+            "start with MTP off",
+            [MTP_UNQUANT, MOE_FALLBACK],
         )
         return
-    report.findings.append(
-        finding(
-            "patch-disabled",
-            WARNING,
-            f"{env} disables {MTP_UNQUANT}: the FLOAT draft still starts (its layers fall back to "
-            "unquantized) but without the bf16 dispatch overrides. Remove it from "
-            f"{env} unless you are bisecting",
-            [MTP_UNQUANT],
-        )
+    add(
+        report.findings,
+        "patch-disabled",
+        WARNING,
+        f"{env} disables {MTP_UNQUANT}: the FLOAT draft still starts (its layers fall back to "
+        "unquantized) but without the bf16 dispatch overrides. Remove it from "
+        f"{env} unless you are bisecting",
+        [MTP_UNQUANT],
     )
 
 
@@ -277,38 +262,35 @@ def analyze_quant(
     )
     if unknown_keys:
         schemes = sorted({str(desc[k]) for k in unknown_keys})
-        report.findings.append(
-            finding(
-                "scheme-unknown",
-                BLOCKING,
-                f"{len(unknown_keys)} description key(s) use scheme(s) SGLang does not know "
-                f"({', '.join(schemes)}); known: {', '.join(sorted(modelslim_desc.KNOWN_SCHEMES))}."
-                " Re-export the checkpoint with a supported scheme",
-                unknown_keys,
-            )
+        add(
+            report.findings,
+            "scheme-unknown",
+            BLOCKING,
+            f"{len(unknown_keys)} description key(s) use scheme(s) SGLang does not know "
+            f"({', '.join(schemes)}); known: {', '.join(sorted(modelslim_desc.KNOWN_SCHEMES))}."
+            " Re-export the checkpoint with a supported scheme",
+            unknown_keys,
         )
     entries = modelslim_desc.mtp_entries(scan.mtp_candidates)
     report.mtp_entries = len(entries)
     report.mtp_all_float = modelslim_desc.mtp_is_all_float(entries) if entries else None
     if mtp and config.has_mtp and not entries:
-        report.findings.append(
-            finding(
-                "mtp-not-described",
-                BLOCKING,
-                f"config.json declares {config.mtp_num_hidden_layers} MTP layer(s) but the "
-                "description has no mtp.* entry; the draft's weights are missing from this "
-                "export. Re-export with the MTP, or start with MTP off (--no-mtp)",
-            )
+        add(
+            report.findings,
+            "mtp-not-described",
+            BLOCKING,
+            f"config.json declares {config.mtp_num_hidden_layers} MTP layer(s) but the "
+            "description has no mtp.* entry; the draft's weights are missing from this "
+            "export. Re-export with the MTP, or start with MTP off (--no-mtp)",
         )
     elif mtp and entries and not report.mtp_all_float:
         kinds = sorted({str(v) for v in entries.values()})
-        report.findings.append(
-            finding(
-                "mtp-quantized",
-                INFO,
-                f"the MTP is quantized ({', '.join(kinds)}); it loads with the target's ModelSlim "
-                "config, no MTP patch needed",
-            )
+        add(
+            report.findings,
+            "mtp-quantized",
+            INFO,
+            f"the MTP is quantized ({', '.join(kinds)}); it loads with the target's ModelSlim "
+            "config, no MTP patch needed",
         )
     _check_moe(report, desc, scan.mtp_candidates, config, mtp)
     _need_patches(report, mtp)

@@ -1,10 +1,4 @@
-"""The human output of ``qwen-npu preflight``: a short table, the findings, a verdict line.
-
-Why this exists: an engineer at a terminal reads the answer in a few lines, top to bottom: what
-the checkpoint is, how it is quantized, which patches it needs, the TP table with the UB plan and
-the memory per NPU, the chart values (or the engine's command line) it judged, then what blocks
-it. The last line is key=value so a log search finds it.
-"""
+"""The human output of ``qwen-npu preflight``: a table, the findings, a key=value verdict."""
 
 from __future__ import annotations
 

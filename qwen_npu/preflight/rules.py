@@ -1,13 +1,8 @@
-"""The preflight rule engine: run every check on a checkpoint, build the one report the CLI prints.
+"""The preflight rule engine: every check on a checkpoint, into the one report the CLI prints.
 
-Why this exists: the init container, the engineer at a terminal and the tests all need the same
-answer: a verdict (``ready``, ``ready_with_patches``, ``would_fail``), the findings that decide it,
-and the facts behind them. ``run_preflight`` computes it once; ``Report.as_dict`` is the stable
-``--json`` shape (schema_version 1, keys documented in docs/preflight.md) and ``render`` the table.
-
-Preflight builds no command line: the chart renders the engine's, and its init container hands it
-over (``Options.engine_args``, read by ``engine_args.read_engine_args``), so the verdict is for
-the line the engine really runs.
+The init container, an engineer and the tests get the same verdict (``ready``,
+``ready_with_patches``, ``would_fail``) and findings; ``Report.as_dict`` is the stable ``--json``
+shape (docs/preflight.md). Preflight builds no command line: it judges the one the chart rendered.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ from qwen_npu.preflight import parallel, shards
 from qwen_npu.preflight import quant as qnt
 from qwen_npu.preflight.checkpoint import Checkpoint, InputError, load_checkpoint
 from qwen_npu.preflight.engine_args import read_engine_args
-from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, finding
+from qwen_npu.preflight.findings import BLOCKING, INFO, WARNING, Finding, add
 
 SCHEMA_VERSION = 1
 READY = "ready"
@@ -185,13 +180,12 @@ def _tp_findings(report: Report) -> None:
     chosen = report.chosen
     feasible = [str(t.tp) for t in report.tp_checks if t.feasible] or ["none"]
     for problem in chosen.problems:
-        report.findings.append(
-            finding(
-                "tp-indivisible",
-                BLOCKING,
-                f"{problem}; SGLang asserts this while building the model. Feasible "
-                f"--tp-size values: {', '.join(feasible)}",
-            )
+        add(
+            report.findings,
+            "tp-indivisible",
+            BLOCKING,
+            f"{problem}; SGLang asserts this while building the model. Feasible "
+            f"--tp-size values: {', '.join(feasible)}",
         )
     m = report.memory
     where = (
@@ -206,61 +200,56 @@ def _tp_findings(report: Report) -> None:
             if t.tp > m.tp and t.feasible and report.memory_by_tp[t.tp].fits
         ]
         fix = f"Use --tp-size {bigger[0]}" if bigger else "Use more NPUs or a smaller scheme"
-        report.findings.append(
-            finding(
-                "memory-overflow",
-                BLOCKING,
-                f"weights do not fit: {where}; the load would run out of memory. {fix}, or raise "
-                "--mem-fraction-static",
-            )
+        add(
+            report.findings,
+            "memory-overflow",
+            BLOCKING,
+            f"weights do not fit: {where}; the load would run out of memory. {fix}, or raise "
+            "--mem-fraction-static",
         )
     elif m.tight:
-        report.findings.append(
-            finding(
-                "memory-tight",
-                WARNING,
-                f"only {mem.gib(m.headroom_bytes)} left for the KV cache and mamba state: "
-                f"{where}. Expect few concurrent requests; a larger TP leaves more",
-            )
+        add(
+            report.findings,
+            "memory-tight",
+            WARNING,
+            f"only {mem.gib(m.headroom_bytes)} left for the KV cache and mamba state: "
+            f"{where}. Expect few concurrent requests; a larger TP leaves more",
         )
 
 
 def _mtp_and_ub_findings(report: Report) -> None:
     c, opts = report.config, report.options
     if opts.mtp and not c.has_mtp:
-        report.findings.append(
-            finding(
-                "mtp-absent",
-                BLOCKING,
-                "MTP requested but config.json has no mtp_num_hidden_layers; NEXTN has no draft. "
-                "Start with MTP off (--no-mtp, chart value mtp.enabled=false)",
-            )
+        add(
+            report.findings,
+            "mtp-absent",
+            BLOCKING,
+            "MTP requested but config.json has no mtp_num_hidden_layers; NEXTN has no draft. "
+            "Start with MTP off (--no-mtp, chart value mtp.enabled=false)",
         )
         return
     if not c.has_gdn:
-        report.findings.append(
-            finding(
-                "gdn-fields-missing",
-                WARNING,
-                "config.json has no linear_num_value_heads/linear_num_key_heads/"
-                "linear_value_head_dim/linear_key_head_dim: not a Qwen3.5/3.6 hybrid model? "
-                "The GDN TP and UB checks were skipped",
-            )
+        add(
+            report.findings,
+            "gdn-fields-missing",
+            WARNING,
+            "config.json has no linear_num_value_heads/linear_num_key_heads/"
+            "linear_value_head_dim/linear_key_head_dim: not a Qwen3.5/3.6 hybrid model? "
+            "The GDN TP and UB checks were skipped",
         )
         return
     if not opts.mtp:
         return
     ub = report.chosen.ub
     if ub is not None and not ub.fits:
-        report.findings.append(
-            finding(
-                "ub-overflow",
-                BLOCKING,
-                f"one {c.linear_value_head_dim}x{c.linear_key_head_dim} {c.mamba_ssm_dtype} "
-                f"state plane needs {ub.buffered_bytes} bytes buffered, more than the "
-                f"{ub.ub_bytes}-byte UB; the MTP state scatter cannot fit at any h_block_size. "
-                "Use --mamba-ssm-dtype bfloat16, or start with MTP off",
-            )
+        add(
+            report.findings,
+            "ub-overflow",
+            BLOCKING,
+            f"one {c.linear_value_head_dim}x{c.linear_key_head_dim} {c.mamba_ssm_dtype} "
+            f"state plane needs {ub.buffered_bytes} bytes buffered, more than the "
+            f"{ub.ub_bytes}-byte UB; the MTP state scatter cannot fit at any h_block_size. "
+            "Use --mamba-ssm-dtype bfloat16, or start with MTP off",
         )
         return
     if qnt.ub_needs_patch(c):
@@ -271,15 +260,14 @@ def _mtp_and_ub_findings(report: Report) -> None:
             f"states; the plan is h_block_size={ub.h_block_size if ub else 1}"
         )
         if need in report.quant.disabled:
-            report.findings.append(
-                finding(
-                    "patch-disabled",
-                    BLOCKING,
-                    f"{registry.ENV_DISABLE} disables {need}; the first request (or graph "
-                    "capture) dies with 'ub overflow'. Remove it from "
-                    f"{registry.ENV_DISABLE}, use --mamba-ssm-dtype bfloat16, or turn MTP off",
-                    [need],
-                )
+            add(
+                report.findings,
+                "patch-disabled",
+                BLOCKING,
+                f"{registry.ENV_DISABLE} disables {need}; the first request (or graph "
+                "capture) dies with 'ub overflow'. Remove it from "
+                f"{registry.ENV_DISABLE}, use --mamba-ssm-dtype bfloat16, or turn MTP off",
+                [need],
             )
 
 
@@ -306,20 +294,17 @@ def _ssm_state_findings(report: Report) -> None:
     if problem is not None:
         op, why = problem
         if op == "prefill":
-            report.findings.append(
-                finding("ssm-dtype-unsupported", BLOCKING, f"{where}: {why}; {fix}")
-            )
+            add(report.findings, "ssm-dtype-unsupported", BLOCKING, f"{where}: {why}; {fix}")
         else:
             # Where the prefill op takes fp32 (Ascend950) the verify op's source is bf16-only, but
             # that chip's build is not known here: a warning; the engine's start-up check (the GDN
             # contract's ssm_dtype link) refuses it.
-            report.findings.append(
-                finding(
-                    "ssm-dtype-verify",
-                    WARNING,
-                    f"{where}: {why}; the engine's start-up check (gdn_contract.ssm_dtype) will "
-                    f"fail it: {fix} or turn MTP off (mtp.enabled=false)",
-                )
+            add(
+                report.findings,
+                "ssm-dtype-verify",
+                WARNING,
+                f"{where}: {why}; the engine's start-up check (gdn_contract.ssm_dtype) will "
+                f"fail it: {fix} or turn MTP off (mtp.enabled=false)",
             )
 
 
@@ -330,24 +315,22 @@ def _quantization_findings(report: Report) -> None:
         return
     has_description = report.checkpoint.description is not None
     if has_description and opts.quantization != "modelslim":
-        report.findings.append(
-            finding(
-                "quantization-flag",
-                WARNING,
-                "the checkpoint has a ModelSlim quant_model_description.json but the engine runs "
-                f"--quantization {opts.quantization or '(none)'}; set "
-                "engine.quantization=modelslim",
-            )
+        add(
+            report.findings,
+            "quantization-flag",
+            WARNING,
+            "the checkpoint has a ModelSlim quant_model_description.json but the engine runs "
+            f"--quantization {opts.quantization or '(none)'}; set "
+            "engine.quantization=modelslim",
         )
     elif not has_description and opts.quantization == "modelslim":
-        report.findings.append(
-            finding(
-                "quantization-flag",
-                WARNING,
-                "the engine runs --quantization modelslim but the checkpoint has no "
-                'quant_model_description.json; set engine.quantization="" for an unquantized '
-                "checkpoint, or copy the description",
-            )
+        add(
+            report.findings,
+            "quantization-flag",
+            WARNING,
+            "the engine runs --quantization modelslim but the checkpoint has no "
+            'quant_model_description.json; set engine.quantization="" for an unquantized '
+            "checkpoint, or copy the description",
         )
 
 
@@ -402,23 +385,21 @@ def run_preflight(
         findings=[*ckpt.findings, *shard_findings, *q.findings],
     )
     if unknown:
-        report.findings.append(
-            finding(
-                "patch-name-unknown",
-                WARNING,
-                f"{registry.ENV_DISABLE} names unknown patch(es) {', '.join(unknown)}; known: "
-                f"{', '.join(registry.BY_NAME)}. Fix the spelling (chart value patches.disabled)",
-                unknown,
-            )
+        add(
+            report.findings,
+            "patch-name-unknown",
+            WARNING,
+            f"{registry.ENV_DISABLE} names unknown patch(es) {', '.join(unknown)}; known: "
+            f"{', '.join(registry.BY_NAME)}. Fix the spelling (chart value patches.disabled)",
+            unknown,
         )
     if ckpt.description is None:
-        report.findings.append(
-            finding(
-                "not-modelslim",
-                INFO,
-                "no quant_model_description.json: treated as an unquantized checkpoint (the "
-                'engine needs no --quantization modelslim: chart value engine.quantization="")',
-            )
+        add(
+            report.findings,
+            "not-modelslim",
+            INFO,
+            "no quant_model_description.json: treated as an unquantized checkpoint (the "
+            'engine needs no --quantization modelslim: chart value engine.quantization="")',
         )
     _tp_findings(report)
     _ssm_state_findings(report)
@@ -432,26 +413,24 @@ def run_preflight(
 def _draft_token_findings(report: Report) -> None:
     opts = report.options
     if opts.mtp and opts.draft_quantization == "unquant" and report.quant.mtp_all_float is False:
-        report.findings.append(
-            finding(
-                "draft-unquant-quantized-mtp",
-                BLOCKING,
-                "--speculative-draft-model-quantization unquant builds the MTP draft without any "
-                "quant config, but this checkpoint's mtp.* entries are quantized: the draft's "
-                'weights would not load. Set mtp.draftQuantization to "" (the draft then '
-                "inherits --quantization modelslim)",
-            )
+        add(
+            report.findings,
+            "draft-unquant-quantized-mtp",
+            BLOCKING,
+            "--speculative-draft-model-quantization unquant builds the MTP draft without any "
+            "quant config, but this checkpoint's mtp.* entries are quantized: the draft's "
+            'weights would not load. Set mtp.draftQuantization to "" (the draft then '
+            "inherits --quantization modelslim)",
         )
     drafts, limit = opts.num_draft_tokens, chips.VERIFY_MAX_DRAFT_TOKENS
     if report.options.mtp and drafts is not None and drafts > limit:
-        report.findings.append(
-            finding(
-                "draft-tokens-over-limit",
-                BLOCKING,
-                f"--speculative-num-draft-tokens {drafts} is more than the AscendC verify op's "
-                f"{limit} (MAX_MTP): its buffers overrun at the first verify. Set "
-                f"mtp.numDraftTokens to {limit} or fewer",
-            )
+        add(
+            report.findings,
+            "draft-tokens-over-limit",
+            BLOCKING,
+            f"--speculative-num-draft-tokens {drafts} is more than the AscendC verify op's "
+            f"{limit} (MAX_MTP): its buffers overrun at the first verify. Set "
+            f"mtp.numDraftTokens to {limit} or fewer",
         )
 
 
@@ -462,6 +441,6 @@ def _driver_findings(report: Report, env: Mapping[str, str]) -> None:
     except ValueError as exc:
         raise InputError(f"{exc}; it is the engine image's, set from docker/versions.env") from exc
     if result.state == driver.UNSUPPORTED:
-        report.findings.append(finding("driver-unsupported", BLOCKING, result.message))
+        add(report.findings, "driver-unsupported", BLOCKING, result.message)
     elif result.state == driver.UNKNOWN:
-        report.findings.append(finding("driver-not-checked", INFO, result.message))
+        add(report.findings, "driver-not-checked", INFO, result.message)

@@ -1,11 +1,8 @@
 """``--check-shards``: read each safetensors shard's header to catch truncated or incomplete copies.
 
-Why this exists: a half-copied shard is the classic way a 20-minute load fails at minute 19. A
-safetensors file starts with an 8-byte little-endian header length and a JSON header mapping each
-tensor to its dtype, shape and ``data_offsets``; the file must be at least ``8 + header + last
-offset`` bytes long. Reading only the headers (no weights) proves every shard complete, every
-tensor the index promises present, and gives the exact bytes per tensor (so the MTP's share is
-measured, not estimated). Opt-in: on the largest checkpoints it reads tens of MB of headers.
+A half-copied shard fails a 20-minute load at minute 19. The headers alone (8-byte length, JSON
+of dtype, shape and ``data_offsets``) prove each file long enough and every indexed tensor there,
+and give exact bytes per tensor. Opt-in: the largest checkpoints have tens of MB of headers.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.preflight.checkpoint import InputError
-from qwen_npu.preflight.findings import BLOCKING, Finding, finding
+from qwen_npu.preflight.findings import BLOCKING, Finding, add
 
 #: A header larger than this is not a safetensors header (the format caps it at 100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -43,34 +40,31 @@ class ShardScan:
     def findings(self) -> list[Finding]:
         out: list[Finding] = []
         if self.truncated:
-            out.append(
-                finding(
-                    "shard-truncated",
-                    BLOCKING,
-                    f"{len(self.truncated)} shard file(s) are shorter than their safetensors "
-                    "header says; the copy is incomplete. Copy them again",
-                    self.truncated,
-                )
+            add(
+                out,
+                "shard-truncated",
+                BLOCKING,
+                f"{len(self.truncated)} shard file(s) are shorter than their safetensors "
+                "header says; the copy is incomplete. Copy them again",
+                self.truncated,
             )
         for name, problem in self.corrupt.items():
-            out.append(
-                finding(
-                    "shard-corrupt",
-                    BLOCKING,
-                    f"{name}: {problem}; not a safetensors file. Copy it again",
-                    [name],
-                )
+            add(
+                out,
+                "shard-corrupt",
+                BLOCKING,
+                f"{name}: {problem}; not a safetensors file. Copy it again",
+                [name],
             )
         if self.missing_tensors:
-            out.append(
-                finding(
-                    "shard-tensors-missing",
-                    BLOCKING,
-                    f"{len(self.missing_tensors)} tensor(s) the index maps to a shard are not "
-                    "in that shard's header; the load would fail on them. Re-download the "
-                    "checkpoint (shards and index from the same revision)",
-                    self.missing_tensors,
-                )
+            add(
+                out,
+                "shard-tensors-missing",
+                BLOCKING,
+                f"{len(self.missing_tensors)} tensor(s) the index maps to a shard are not "
+                "in that shard's header; the load would fail on them. Re-download the "
+                "checkpoint (shards and index from the same revision)",
+                self.missing_tensors,
             )
         return out
 

@@ -14,10 +14,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qwen_npu.cli_parser import OneLineParser, error_line, output_dir, positive_float, positive_int
-from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
+from qwen_npu.cli_parser import (
+    EXIT_BAD_INPUT,
+    OneLineParser,
+    error_line,
+    output_dir,
+    positive_float,
+    positive_int,
+)
 from qwen_npu.fetch.layout import Revision, Store
-from qwen_npu.fetch.source import EXAMPLES, load_credentials, parse_source
+from qwen_npu.fetch.source import EXAMPLES, FetchError, load_credentials, parse_source
 from qwen_npu.log import PartLog
 
 if TYPE_CHECKING:

@@ -19,18 +19,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError, TransientError
-from qwen_npu.fetch.remote import (
+from qwen_npu.cli_parser import EXIT_BAD_INPUT
+from qwen_npu.fetch.source import (
     CHUNK,
     GIT_SHA1,
     SHA256,
     SIZE_ONLY,
+    FetchError,
     Listing,
     RemoteFile,
+    Source,
     Stream,
+    TransientError,
+    credential_origin,
     safe_relpath,
 )
-from qwen_npu.fetch.source import Source, credential_origin
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})

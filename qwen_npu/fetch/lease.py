@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.fetch.errors import EXIT_TIMEOUT, FetchError
+from qwen_npu.cli_parser import EXIT_TIMED_OUT
+from qwen_npu.fetch.source import FetchError
 from qwen_npu.log import PartLog
 
 log = PartLog("fetch")
@@ -117,7 +118,7 @@ class Lease:
                     f"{self.path}: another fetch ({(holder or {}).get('owner', '?')}) held "
                     f"the lock for more than {self.wait_seconds:.0f}s; check that fetch's log, or "
                     "delete the lock file if no fetch runs",
-                    EXIT_TIMEOUT,
+                    EXIT_TIMED_OUT,
                 )
             if time.monotonic() - logged > 30:
                 log(

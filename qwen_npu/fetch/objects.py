@@ -22,9 +22,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError, TransientError
-from qwen_npu.fetch.remote import CHUNK, MD5, MULTIPART, Listing, RemoteFile, Stream, safe_relpath
-from qwen_npu.fetch.source import CREDENTIAL_ENV, Source, credential_origin
+from qwen_npu.cli_parser import EXIT_BAD_INPUT
+from qwen_npu.fetch.source import (
+    CHUNK,
+    CREDENTIAL_ENV,
+    MD5,
+    MULTIPART,
+    FetchError,
+    Listing,
+    RemoteFile,
+    Source,
+    Stream,
+    TransientError,
+    credential_origin,
+    safe_relpath,
+)
 
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _MULTI_ETAG = re.compile(r"^[0-9a-f]{32}-[0-9]+$")

@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
+from qwen_npu.cli_parser import EXIT_BAD_INPUT
+from qwen_npu.fetch.source import FetchError
 from qwen_npu.hardware import chips
 from qwen_npu.preflight import Options
 

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from qwen_npu.fetch.errors import EXIT_BAD_INPUT, EXIT_NO_SPACE, FetchError, TransientError
+from qwen_npu.cli_parser import EXIT_BAD_INPUT, EXIT_NO_SPACE
 from qwen_npu.fetch.layout import SCHEMA_VERSION, Revision, Store
 from qwen_npu.fetch.lease import Lease
-from qwen_npu.fetch.remote import SIZE_ONLY, Listing, Remote
-from qwen_npu.fetch.source import Source
+from qwen_npu.fetch.source import SIZE_ONLY, FetchError, Listing, Remote, Source, TransientError
 from qwen_npu.fetch.transfer import Progress, Retry, fetch_file
 from qwen_npu.log import PartLog
 

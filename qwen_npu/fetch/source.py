@@ -1,21 +1,39 @@
-"""SOURCE: ``modelscope://org/name[@revision]``, ``hf://org/name[@revision]``, ``s3://bucket/prefix``,
-``obs://bucket/prefix``.
+"""SOURCE (``modelscope://org/name[@revision]``, ``hf://org/name[@revision]``, ``s3://bucket/prefix``,
+``obs://bucket/prefix``), what every source gives the fetch, and the fetch's failures.
 
-Why this exists: the CLI, the chart (``model.fetch.source``) and the init container's wait all name
-a checkpoint the same way; parsing it once, with one clear line for a typo, keeps them equal. Also
-the credentials each scheme reads, and how to name them in an error: the chart tells the fetch
-which Secret and key fill each variable (``QWEN_NPU_FETCH_SECRET``, ``QWEN_NPU_FETCH_SECRET_KEYS``),
-so a refused token is reported as "Secret hub-token, key token", not as a bare variable.
+The CLI, the chart and the init container's wait name a checkpoint the same way, parsed once. A
+``Remote`` (hubs.py, objects.py) turns its client's answers into a ``Listing`` at an immutable
+revision, and its errors into ``FetchError`` (one line and an exit code: act on it) or
+``TransientError`` (try again). A refused token is named by its chart Secret and key
+(``QWEN_NPU_FETCH_SECRET``, ``QWEN_NPU_FETCH_SECRET_KEYS``), not as a bare variable.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from qwen_npu.fetch.errors import EXIT_BAD_INPUT, FetchError
+# The codes every verb shares (qwen_npu.cli_parser, docs/cli.md): 1 the transfer or verification
+# failed after every retry; 2 bad SOURCE, DEST, flag, repo, revision or credentials; 3 DEST cannot
+# hold the checkpoint; 4 `fetch wait` or the lock wait ran out of time.
+from qwen_npu.cli_parser import EXIT_BAD_INPUT, EXIT_FAILED
+
+
+class FetchError(Exception):
+    """A failure the user can act on; ``str()`` is the one line."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class TransientError(Exception):
+    """A read that may work when tried again (connection cut, timeout, 5xx, 429)."""
+
 
 HUBS = ("modelscope", "hf")
 STORES = ("s3", "obs")
@@ -117,3 +135,63 @@ def credential_origin(name: str, environ: Mapping[str, str] | None = None) -> st
     if secret and name in keys:
         return f"{name} (Secret {secret!r}, key {keys[name]!r})"
     return name
+
+
+CHUNK = 1 << 20  # bytes per read: the fetch's memory does not grow with the file
+# How a file is checked against what the source publishes.
+SHA256 = "sha256"  # the hubs' LFS and ModelScope's file listing
+GIT_SHA1 = "git-sha1"  # Hugging Face's blob id of a small (non-LFS) file
+MD5 = "md5"  # an object store's ETag of a single-part upload
+MULTIPART = "s3-multipart"  # an ETag "<md5 of the parts' md5s>-<parts>"
+SIZE_ONLY = "size"  # the source published no sum (logged; ModelScope's small files)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of the checkpoint as the source publishes it."""
+
+    path: str
+    size: int
+    check: str
+    expected: str
+    part_size: int = 0  # MULTIPART only
+    version: str = ""  # the object's VersionId or ETag (stores): the read asks for this one
+
+
+@dataclass
+class Listing:
+    """The checkpoint at one immutable revision."""
+
+    source: Source
+    revision: str  # immutable: a commit id, or a digest of the objects' ETags/versions
+    files: list[RemoteFile] = field(default_factory=list)
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass
+class Stream:
+    """An open read: ``start`` is where the bytes begin (0 when the server ignored the range)."""
+
+    start: int
+    chunks: Iterator[bytes]
+
+
+class Remote(Protocol):
+    source: Source
+
+    def resolve(self) -> Listing: ...
+
+    def open(
+        self, listing: Listing, f: RemoteFile, offset: int
+    ) -> AbstractContextManager[Stream]: ...
+
+
+def safe_relpath(path: str) -> str:
+    """A listing's path, refused when it would escape DEST (``..``, absolute, backslashes)."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise FetchError(f"the source lists an unsafe file name {path!r}; refusing to write it")
+    return path

@@ -21,9 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from qwen_npu.fetch.errors import EXIT_NO_SPACE, FetchError, TransientError
+from qwen_npu.cli_parser import EXIT_NO_SPACE
 from qwen_npu.fetch.layout import HASH_BLOCK, Revision, Store
-from qwen_npu.fetch.remote import GIT_SHA1, MD5, MULTIPART, SHA256, Listing, Remote, RemoteFile
+from qwen_npu.fetch.source import (
+    GIT_SHA1,
+    MD5,
+    MULTIPART,
+    SHA256,
+    FetchError,
+    Listing,
+    Remote,
+    RemoteFile,
+    TransientError,
+)
 from qwen_npu.log import PartLog
 
 log = PartLog("fetch")

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from qwen_npu.fetch.errors import EXIT_FAILED, EXIT_TIMEOUT, FetchError
+from qwen_npu.cli_parser import EXIT_FAILED, EXIT_TIMED_OUT
 from qwen_npu.fetch.layout import Revision, Store
 from qwen_npu.fetch.lease import live_holder
-from qwen_npu.fetch.source import Source
+from qwen_npu.fetch.source import FetchError, Source
 from qwen_npu.log import PartLog
 
 log = PartLog("fetch")
@@ -68,7 +68,7 @@ def wait(
             raise FetchError(
                 f"{store.dest}: no complete fetch of {source} after {timeout:.0f}s; check the "
                 "staging Job's log (kubectl logs job/<release>-fetch-...)",
-                EXIT_TIMEOUT,
+                EXIT_TIMED_OUT,
             )
         if time.monotonic() - logged >= interval:
             logged = time.monotonic()

@@ -1,8 +1,7 @@
-"""``qwen-npu sim``: parse flags, build the config, log it with the banner, run uvicorn.
+"""``qwen-npu sim``: one flag per config field, the config built and logged with the banner, served.
 
-Every config field is a flag of the same kebab-case name; only flags given on the command line
-count (so environment and YAML values are not overwritten by flag defaults). Bad input exits 2
-with one line naming the source, key and fix.
+Only flags given on the command line count, so they do not hide environment and YAML values with
+their defaults.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pydantic.fields import FieldInfo
 from qwen_npu import log as shared_log
 from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.cli_parser import OneLineParser, fail, field_number
-from qwen_npu.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles, typed
+from qwen_npu.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles
 
 BANNER = (
     f"qwen-npu sim: a SIMULATOR of SGLang {SGLANG_VERSION}'s HTTP surface for tests and demos. "
@@ -77,10 +76,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
-    """The namespace and the typed flags given on the command line (kebab-case keys)."""
+    """The namespace and the flags given on the command line (kebab-case keys)."""
     ns = _parser().parse_args(argv)
     raw = {key: getattr(ns, key.replace("-", "_")) for key in FIELDS}
-    return ns, typed({k: v for k, v in raw.items() if v is not None}, "flag")
+    return ns, {k: v for k, v in raw.items() if v is not None}
 
 
 def effective(cfg: SimConfig) -> dict[str, Any]:

@@ -1,22 +1,10 @@
-"""The simulator's one configuration object, and how flags, environment and YAML build it.
+"""The simulator's settings: ``SimConfig`` (pydantic-settings) and ``build``, which layers them.
 
-Every field has a documented default. The same kebab-case name works as a YAML key
-(``ttft-ms: 50``), a flag (``--ttft-ms 50``) and, upper-cased with ``QWEN_NPU_SIM_``, an environment
-variable (``QWEN_NPU_SIM_TTFT_MS=50``).
-
-A YAML layer may name a chart profile (``chart-profile:``, ``chart-values:``): the engine's flags
-(model name, TP, speculative decoding) then come from the chart's render (chart_engine.py).
-
-Precedence (explicit, in ``build``): flags > environment > YAML (``--config`` over ``--profile``) >
-defaults. Each layer is a dict of values checked by the model on its own (``typed``: types and
-ranges, so an error names the layer, the key and the fix); ``build`` merges the layers in that
-order and validates the result once more with the cross-field rules. The layers are merged here,
-not by a settings library's sources, because the start log reports, per key, which layer its value
-came from, and because tests pass the environment as a mapping.
-
-Ranges are ``Field(ge=, le=, gt=)`` and ``Literal`` on the fields; the rules between fields (an
-acceptance length within 1..num-steps + 1, a distribution of num-steps + 1 probabilities summing to
-1, a step that takes time) are one ``model_validator``.
+One kebab-case name per key: a YAML key (``ttft-ms: 50``), a flag (``--ttft-ms 50``) and,
+upper-cased with ``QWEN_NPU_SIM_``, an environment variable. A YAML layer may name a chart profile
+(``chart-profile:``, ``chart-values:``): the engine's flags then come from the chart's render
+(chart_engine.py). ``build`` calls the sources itself (YAML, environment, flags as init values), so
+the start line can say which layer set each key and an error's key names the layer that gave it.
 """
 
 from __future__ import annotations
@@ -29,8 +17,6 @@ from typing import Any, Literal
 
 from pydantic import (
     AliasGenerator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -38,16 +24,22 @@ from pydantic import (
     model_validator,
 )
 from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from qwen_npu.ports import ENGINE_PORT
 from qwen_npu.sim.chart_engine import ChartProfileError, engine_keys
 
 ENV_PREFIX = "QWEN_NPU_SIM_"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
-SPEC_ALGORITHMS = ("none", "NEXTN", "EAGLE", "EAGLE3")
 _NONE_WORDS = ("", "none", "null")
-#: Validation context of one layer on its own: the cross-field rules wait for the merged config.
-_ONE_LAYER = {"one_layer": True}
+#: Keys whose value turns speculative decoding on when speculative-algorithm is not given.
+SPEC_IMPLYING = ("accept-length", "accept-distribution", "accept-rate")
 
 
 class ConfigError(ValueError):
@@ -58,9 +50,8 @@ def _kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _f(default: Any, help_: str, *, fault: bool = False, **limits: Any) -> Any:
-    extra: Any = {"fault": True} if fault else None
-    return Field(default, description=help_, json_schema_extra=extra, **limits)
+def _f(default: Any, help_: str, **limits: Any) -> Any:
+    return Field(default, description=help_, **limits)
 
 
 #: A duration or price: a finite number >= 0.
@@ -68,15 +59,13 @@ _AT_LEAST_0: dict[str, Any] = {"ge": 0, "allow_inf_nan": False}
 _FRACTION: dict[str, Any] = {"ge": 0, "le": 1}
 
 
-class SimConfig(BaseModel):
-    """Every knob of the simulator. Field ``foo_bar`` is key/flag ``foo-bar``.
+class SimConfig(BaseSettings):
+    """Every knob of the simulator. Field ``foo_bar`` is key/flag ``foo-bar``."""
 
-    Constructing it reads no environment (``build`` layers the sources) and checks everything:
-    types, ranges and the rules between fields.
-    """
-
-    model_config = ConfigDict(
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
         extra="forbid",
+        enable_decoding=False,  # accept-distribution is comma-separated there too
         coerce_numbers_to_str=True,
         alias_generator=AliasGenerator(serialization_alias=_kebab),
     )
@@ -164,20 +153,27 @@ class SimConfig(BaseModel):
     # Reported shape
     tp_size: int = _f(2, "reported in /server_info", ge=1)
     # Faults (also changeable at run time through PATCH /sim/faults)
-    error_rate: float = _f(
-        0.0, "fraction of generate requests answered with HTTP 500", fault=True, **_FRACTION
-    )
-    hang_health: bool = _f(False, "/health and /health_generate hang until cleared", fault=True)
-    hang_generate: bool = _f(False, "generation emits nothing until cleared", fault=True)
+    error_rate: float = _f(0.0, "fraction of generate requests answered with HTTP 500", **_FRACTION)
+    hang_health: bool = _f(False, "/health and /health_generate hang until cleared")
+    hang_generate: bool = _f(False, "generation emits nothing until cleared")
     crash_after_s: float = _f(
         0.0, "exit 1 this many seconds after start (0 = never)", **_AT_LEAST_0
     )
-    metrics_delay_s: float = _f(
-        0.0, "/metrics answers this many seconds late", fault=True, **_AT_LEAST_0
-    )
-    metrics_malformed: bool = _f(False, "/metrics returns text Prometheus rejects", fault=True)
-    garbled: bool = _f(False, "greedy output degenerates into repetition", fault=True)
+    metrics_delay_s: float = _f(0.0, "/metrics answers this many seconds late", **_AT_LEAST_0)
+    metrics_malformed: bool = _f(False, "/metrics returns text Prometheus rejects")
+    garbled: bool = _f(False, "greedy output degenerates into repetition")
     garble_after_tokens: int = _f(8, "tokens of normal output before the repetition starts", ge=0)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # constructing reads no environment: build() calls the sources
 
     @field_validator("*", mode="before")
     @classmethod
@@ -199,10 +195,8 @@ class SimConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _between_fields(self, info: ValidationInfo) -> SimConfig:
+    def _between_fields(self) -> SimConfig:
         """The rules between keys, every broken one named (one line, ``key: problem; ...``)."""
-        if info.context and info.context.get("one_layer"):
-            return self
         errs = []
         if self.step_fixed_ms is not None and self.step_fixed_ms + self.step_ms_per_token <= 0:
             errs.append("step-fixed-ms: step-fixed-ms + step-ms-per-token must be > 0 ms")
@@ -235,11 +229,6 @@ class SimConfig(BaseModel):
 
 #: Every key (kebab-case) and its pydantic field (``.description`` is the help, ``.default``).
 FIELDS: dict[str, FieldInfo] = {_kebab(name): f for name, f in SimConfig.model_fields.items()}
-FAULT_KEYS: tuple[str, ...] = tuple(
-    name
-    for name, f in SimConfig.model_fields.items()
-    if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("fault")
-)
 _HINTS = {
     "bool": "true or false",
     "int": "an integer",
@@ -249,78 +238,60 @@ _HINTS = {
 }
 
 
-def _problem(err: Any, raw: Mapping[str, Any]) -> tuple[str, str]:
-    """(kebab key, what is wrong with its value) of one pydantic error."""
-    name = str(err["loc"][0]) if err["loc"] else ""
+def _problem(err: Any) -> str:
+    """What is wrong with one key, from its pydantic error."""
+    key = _kebab(str(err["loc"][0]))
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(key, list(FIELDS), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "see qwen-npu sim --help for the keys"
+        return f"unknown key {key!r}; {hint}"
     kind = "list" if len(err["loc"]) > 1 else err["type"].split("_")[0]
-    value = raw.get(name)
+    value = err["input"]
     if kind in _HINTS:
-        hint = _HINTS[kind]
-        if FIELDS[_kebab(name)].default is None and kind != "list":
-            hint += " or none"
-        return _kebab(name), f"{value!r} is not {hint}"
-    return _kebab(name), f"{value!r}: {err['msg'][0].lower()}{err['msg'][1:]}"
+        none = " or none" if FIELDS[key].default is None and kind != "list" else ""
+        return f"key {key}: {value!r} is not {_HINTS[kind]}{none}"
+    return f"key {key}: {value!r}: {err['msg'][0].lower()}{err['msg'][1:]}"
 
 
-def typed(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """One layer of raw values (kebab-case keys) checked and typed by the model on its own.
+class _Yaml(YamlConfigSettingsSource):
+    """A profile or --config file: kebab-case keys, chart-profile expanded; errors name the file."""
 
-    Unknown keys, values of the wrong type and values out of range raise ConfigError naming
-    ``source`` and every bad key.
-    """
-    for key in values:
-        if key not in FIELDS:
-            raise unknown_key_error(key, source)
-    raw = {k.replace("-", "_"): v for k, v in values.items()}
-    try:
-        cfg = SimConfig.model_validate(raw, context=_ONE_LAYER)
-    except ValidationError as exc:
-        problems = [_problem(err, raw) for err in exc.errors(include_url=False)]
-        said = "; ".join(f"key {key}: {what}" for key, what in problems)
-        raise ConfigError(f"{source}: {said}; fix the value") from None
-    return {_kebab(k): getattr(cfg, k) for k in raw}
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        # lazy: an extra's (pyproject.toml); the base install goes without
+        import yaml
 
-
-def unknown_key_error(key: str, source: str) -> ConfigError:
-    close = difflib.get_close_matches(key, list(FIELDS), n=1)
-    hint = f"did you mean {close[0]!r}?" if close else "see docs/simulator.md for the keys"
-    return ConfigError(f"{source}: unknown key {key!r}; {hint}")
-
-
-def load_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML profile into {kebab-key: typed value}; ConfigError on any problem."""
-    # lazy: an extra's (pyproject.toml); the base install goes without
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found; pass an existing --config FILE") from None
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise ConfigError(f"{path}: not valid YAML ({first}); fix the file") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of key: value; fix the file")
-    data = {str(k).replace("_", "-"): v for k, v in data.items()}
-    engine: dict[str, Any] = {}
-    chart_profile = data.pop("chart-profile", None)
-    chart_values = data.pop("chart-values", None) or {}
-    if chart_profile is not None:  # the engine's flags as the chart renders them (chart_engine)
-        if not isinstance(chart_values, dict):
-            raise ConfigError(f"{path}: chart-values must be a mapping of chart values")
+        path = Path(file_path)
         try:
-            engine = engine_keys(str(chart_profile), chart_values)
-        except ChartProfileError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        restated = sorted(set(engine) & set(data))
-        if restated:
-            raise ConfigError(
-                f"{path}: {', '.join(restated)} come from chart-profile {chart_profile}; "
-                "drop them here (or change the chart profile / chart-values)"
-            )
-    return typed({**engine, **data}, str(path))
+            data = super()._read_file(path)
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+            raise ConfigError(f"{path}: not valid YAML ({first}); fix the file") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of key: value; fix the file")
+        data = {_kebab(str(k)): v for k, v in data.items()}
+        chart_profile = data.pop("chart-profile", None)
+        chart_values = data.pop("chart-values", None) or {}
+        if chart_profile is not None:  # the engine's flags as the chart renders them
+            if not isinstance(chart_values, dict):
+                raise ConfigError(f"{path}: chart-values must be a mapping of chart values")
+            try:
+                engine = engine_keys(str(chart_profile), chart_values)
+            except ChartProfileError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+            restated = sorted(set(engine) & set(data))
+            if restated:
+                raise ConfigError(
+                    f"{path}: {', '.join(restated)} come from chart-profile {chart_profile}; "
+                    "drop them here (or change the chart profile / chart-values)"
+                )
+            data = {**engine, **data}
+        return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def _yaml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():  # the source would skip it
+        raise ConfigError(f"{path}: file not found; pass an existing {what}")
+    return _Yaml(SimConfig, yaml_file=path)()
 
 
 def profile_path(name: str) -> Path:
@@ -339,19 +310,18 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
-def _env_layer(env: Mapping[str, str]) -> list[tuple[dict[str, Any], str]]:
-    """The QWEN_NPU_SIM_* variables, one typed layer per variable (so errors name it)."""
-    layers = []
-    for name, value in env.items():
-        if not name.upper().startswith(ENV_PREFIX):
-            continue
-        key = _kebab(name[len(ENV_PREFIX) :].lower())
-        if key in ("profile", "config"):
-            continue
-        if key not in FIELDS:
-            raise unknown_key_error(key, f"environment {name}")
-        layers.append((typed({key: value}, f"environment {name}"), "environment"))
-    return layers
+def _env_layers(env: Mapping[str, str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """One layer per QWEN_NPU_SIM_* variable (so an error names it); a mistyped one is an error."""
+    source = EnvSettingsSource(SimConfig)
+    source.env_vars = {k.lower(): v for k, v in env.items()}  # the mapping given, not os.environ
+    found = source()
+    for name in env:  # variables the source skips: no such key
+        key = name[len(ENV_PREFIX) :].lower()
+        if name.upper().startswith(ENV_PREFIX) and key not in (*found, "profile", "config"):
+            found[key] = env[name]
+    return [
+        ("environment", f"environment {ENV_PREFIX}{k.upper()}", {k: v}) for k, v in found.items()
+    ]
 
 
 def build(
@@ -361,41 +331,44 @@ def build(
     config_file: str | Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[SimConfig, dict[str, str]]:
-    """Merge defaults < profile YAML < config YAML < env < flags.
+    """Merge defaults < profile YAML < config YAML < env < flags (kebab-case keys).
 
     Returns the config and, per key that is not a default, where its value came from.
-    ``flags`` holds values keyed by kebab-case name (typed or strings). Raises ConfigError.
+    Raises ConfigError.
     """
     env = os.environ if env is None else env
     profile = profile or env.get(ENV_PREFIX + "PROFILE") or None
     config_file = config_file or env.get(ENV_PREFIX + "CONFIG") or None
-    layers: list[tuple[dict[str, Any], str]] = []
+    layers: list[tuple[str, str, dict[str, Any]]] = []
     if profile:
-        layers.append((load_yaml(profile_path(profile)), f"profile {profile}"))
+        where = f"profile {profile}"
+        layers.append((where, where, _yaml(profile_path(profile), "--profile")))
     if config_file:
-        layers.append((load_yaml(Path(config_file)), f"config {config_file}"))
-    layers += _env_layer(env)
-    layers.append((typed(flags or {}, "flags"), "flag"))
+        path = Path(config_file)
+        layers.append((f"config {config_file}", str(path), _yaml(path, "--config FILE")))
+    layers += _env_layers(env)
+    layers.append(("flag", "flag", {k.replace("-", "_"): v for k, v in (flags or {}).items()}))
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
-    for values, source in layers:
+    source: dict[str, str] = {}
+    for label, where, values in layers:
         for key, value in values.items():
-            merged[key] = value
-            origin[key] = source
-    implied = any(merged.get(k) is not None for k in SPEC_IMPLYING)
-    if implied and "speculative-algorithm" not in merged:
-        merged["speculative-algorithm"] = "NEXTN"
+            merged[key], origin[_kebab(key)], source[key] = value, label, where
+    implied = any(merged.get(k.replace("-", "_")) is not None for k in SPEC_IMPLYING)
+    if implied and "speculative_algorithm" not in merged:
+        merged["speculative_algorithm"] = "NEXTN"
         origin["speculative-algorithm"] = "implied by " + "/".join(SPEC_IMPLYING)
     try:
-        cfg = SimConfig.model_validate({k.replace("-", "_"): v for k, v in merged.items()})
+        return SimConfig(**merged), origin
     except ValidationError as exc:
-        errs = [e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False)]
-        problems = [p for e in errs for p in e.split("; ")]
-        keys = {p.split(":")[0] for p in problems}
-        where = ", ".join(sorted({origin.get(k, "default") for k in keys}))
-        raise ConfigError(f"invalid simulator config ({where}): " + "; ".join(problems)) from None
-    return cfg, origin
-
-
-#: Keys whose value turns speculative decoding on when speculative-algorithm is not given.
-SPEC_IMPLYING = ("accept-length", "accept-distribution", "accept-rate")
+        errors = exc.errors(include_url=False)
+    by_source: dict[str, list[str]] = {}
+    for err in (e for e in errors if e["loc"]):
+        by_source.setdefault(source[str(err["loc"][0])], []).append(_problem(err))
+    if by_source:
+        said = "; ".join(f"{where}: {'; '.join(p)}" for where, p in by_source.items())
+        unknown_only = all(e["type"] == "extra_forbidden" for e in errors)
+        raise ConfigError(said if unknown_only else f"{said}; fix the value")
+    msg = "; ".join(e["msg"].removeprefix("Value error, ") for e in errors)
+    where = ", ".join(sorted({origin.get(k, "default") for k in FIELDS if f"{k}: " in msg}))
+    raise ConfigError(f"invalid simulator config ({where}): {msg}")

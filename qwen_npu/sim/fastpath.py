@@ -1,4 +1,4 @@
-"""``RawSend``: the outermost ASGI layer, a fast path for the generate routes.
+"""Requests stamped with their arrival (``stamped_protocol``); ``RawSend``, the generate fast path.
 
 Under a burst of requests every microsecond of per-request work delays the next request's arrival
 stamp, so POST /generate and the OpenAI routes skip FastAPI's routing and middleware: the body is
@@ -9,12 +9,15 @@ Streams send with the server's undecorated ``send``, kept in the scope under ``R
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-#: Where app.stamped_protocol's class leaves a request's arrival time in ``scope["state"]``.
+from qwen_npu.sim.clock import ready_at
+
+#: Where stamped_protocol's class leaves a request's arrival time in ``scope["state"]``.
 ARRIVAL_KEY = "qwen_npu_sim_arrival"
 #: Where RawSend leaves the server's own ``send`` in the scope (for EventStream).
 RAW_SEND_KEY = "qwen_npu_sim.raw_send"
@@ -53,3 +56,32 @@ class RawSend:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def stamped_protocol() -> type:
+    """uvicorn's HTTP protocol class (httptools when installed, else h11), stamping each request
+    with its arrival time: under a burst the handler of the last request runs only after the
+    others', and stamping its scope with the time the loop's poll returned (``clock.ready_at``,
+    the loop's own clock) lets TTFT count from when the bytes arrived, as on a real server."""
+    base: Any
+    try:
+        # lazy: an extra's (pyproject.toml); the base install goes without
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        base = HttpToolsProtocol
+    except ImportError:  # httptools missing: the pure-Python parser
+        # lazy: an extra's (pyproject.toml); the base install goes without
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = H11Protocol
+
+    class StampedProtocol(base):  # type: ignore[misc]
+        def data_received(self, data: bytes) -> None:
+            t = ready_at() or self.loop.time()
+            before = getattr(self, "scope", None)
+            super().data_received(data)
+            scope = getattr(self, "scope", None)
+            if scope is not None and scope is not before and isinstance(scope.get("state"), dict):
+                scope["state"][ARRIVAL_KEY] = t
+
+    return StampedProtocol

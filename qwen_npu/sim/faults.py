@@ -1,8 +1,7 @@
-"""The run-time fault switches behind ``GET/PATCH /sim/faults``.
+"""The run-time fault switches behind ``GET/PATCH /sim/faults`` (contract: docs/architecture.md).
 
-The contract (docs/architecture.md): ``error_rate`` (0..1), ``hang_health``, ``hang_generate``,
-``crash`` (the process exits 1 at once), ``metrics_delay_s``, ``metrics_malformed``, ``garbled``.
-The same switches (except ``crash``) start from the config, so a profile can begin faulty.
+The same switches (except ``crash``, which exits 1 at once) are config keys, so a profile can begin
+faulty.
 """
 
 from __future__ import annotations
@@ -31,25 +30,16 @@ class Faults:
     metrics_delay_s: float = 0.0
     metrics_malformed: bool = False
     garbled: bool = False
-    changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
+    changed: asyncio.Event = field(
+        default_factory=asyncio.Event, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Faults:
-        return cls(
-            error_rate=cfg.error_rate,
-            hang_health=cfg.hang_health,
-            hang_generate=cfg.hang_generate,
-            metrics_delay_s=cfg.metrics_delay_s,
-            metrics_malformed=cfg.metrics_malformed,
-            garbled=cfg.garbled,
-        )
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if f.init})
 
     def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            f.name: getattr(self, f.name) for f in fields(self) if f.name != "changed"
-        }
-        d["crash"] = False
-        return d
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.init}, "crash": False}
 
     def parse_patch(self, body: Any) -> dict[str, Any]:
         """Validate a PATCH body into {key: value}; FaultError on an unknown key or bad value."""

@@ -1,16 +1,14 @@
 """The simulator's ``/metrics``: SGLang's ``sglang:*`` series, declared from the one metric list.
 
 Every metric is built from ``qwen_npu.metrics.sglang.SGLANG_METRICS`` (names, types, labels,
-buckets), so the simulator cannot export a name the dashboards do not know. The values live in
-``EngineStats``; this module copies them into prometheus-client objects with pre-bound label sets
-(one ``observe`` per event on the hot path, gauges refreshed at scrape time).
+buckets), so the simulator cannot export a name the dashboards do not know. Label sets are bound
+once (one ``observe`` per event on the hot path); the engine's gauges are copied in at scrape time.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -18,22 +16,6 @@ from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from qwen_npu.metrics.sglang import SGLANG_METRICS
-
-
-@dataclass
-class GaugeValues:
-    """The scheduler gauges, computed by the engine when /metrics is scraped."""
-
-    num_running_reqs: float = 0.0
-    num_queue_reqs: float = 0.0
-    gen_throughput: float = 0.0
-    cache_hit_rate: float = 0.0
-    token_usage: float = 0.0
-    mamba_usage: float = 0.0
-    spec_accept_length: float = 0.0
-    spec_accept_rate: float = 0.0
-    spec_num_steps: float = 0.0
-    spec_num_draft_tokens: float = 0.0
 
 
 class FastHistogram(Collector):
@@ -141,10 +123,10 @@ class SimMetrics:
     def first_token(self, *, streaming: bool, ttft_s: float) -> None:
         self.child("time_to_first_token_seconds", streaming).observe(ttft_s)
 
-    def render(self, gauges: GaugeValues) -> bytes:
-        """The exposition text, after copying the current gauge values."""
+    def render(self, gauges: dict[str, float]) -> bytes:
+        """The exposition text, after copying the current gauge values (short name -> value)."""
         for name, child in self._gauges.items():
-            child.set(getattr(gauges, name))
+            child.set(gauges[name])
         return generate_latest(self.registry)
 
 

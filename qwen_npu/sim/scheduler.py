@@ -28,11 +28,11 @@ import heapq
 import itertools
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from qwen_npu.sim import timing
 from qwen_npu.sim.config import SimConfig
-from qwen_npu.sim.metrics import GaugeValues, SimMetrics
+from qwen_npu.sim.metrics import SimMetrics
 from qwen_npu.sim.timing import acceptance_distribution
 from qwen_npu.sim.tokens import TokenStream, splitmix64
 
@@ -73,60 +73,32 @@ class Chunk:
     deadline: float  # when the step was due (loop clock)
 
 
+@dataclass(slots=True, eq=False)
 class Request:
     """One generation in flight."""
 
-    __slots__ = (
-        "admitted",
-        "arrival",
-        "base",
-        "chunks",
-        "deadline",
-        "done",
-        "emitted",
-        "error",
-        "first_t",
-        "last_t",
-        "log_metrics",
-        "max_new",
-        "no",
-        "prompt_len",
-        "running",
-        "streaming",
-        "tokens",
-        "verify_ct",
-        "waiter",
-    )
+    no: int
+    prompt_len: int
+    max_new: int
+    tokens: TokenStream
+    streaming: bool
+    log_metrics: bool = True
+    base: int = field(init=False)
+    arrival: float = field(default=0.0, init=False)
+    admitted: float = field(default=-1.0, init=False)
+    deadline: float = field(default=0.0, init=False)
+    first_t: float = field(default=-1.0, init=False)
+    last_t: float = field(default=0.0, init=False)
+    emitted: int = field(default=0, init=False)
+    verify_ct: int = field(default=0, init=False)
+    running: bool = field(default=False, init=False)
+    done: bool = field(default=False, init=False)
+    error: BaseException | None = field(default=None, init=False)
+    chunks: deque[Chunk] = field(default_factory=deque, init=False)
+    waiter: asyncio.Future[None] | None = field(default=None, init=False)
 
-    def __init__(
-        self,
-        *,
-        no: int,
-        prompt_len: int,
-        max_new: int,
-        tokens: TokenStream,
-        streaming: bool,
-        log_metrics: bool = True,
-    ) -> None:
-        self.no = no
-        self.prompt_len = prompt_len
-        self.max_new = max_new
-        self.tokens = tokens
-        self.streaming = streaming
-        self.log_metrics = log_metrics
-        self.base = splitmix64(no * 0x2545F491 + 17)
-        self.arrival = 0.0
-        self.admitted = -1.0
-        self.deadline = 0.0
-        self.first_t = -1.0
-        self.last_t = 0.0
-        self.emitted = 0
-        self.verify_ct = 0
-        self.running = False
-        self.done = False
-        self.error: BaseException | None = None
-        self.chunks: deque[Chunk] = deque()
-        self.waiter: asyncio.Future[None] | None = None
+    def __post_init__(self) -> None:
+        self.base = splitmix64(self.no * 0x2545F491 + 17)
 
     async def next_chunks(self) -> list[Chunk]:
         """Wait for the engine's next output; raises Aborted if the request was aborted."""
@@ -428,19 +400,21 @@ class Engine:
             "tokens_emitted": self.total_generated,
         }
 
-    def gauges(self) -> GaugeValues:
+    def gauges(self) -> dict[str, float]:
+        """The scheduler gauges of /metrics (short names), computed at scrape time."""
         c = self.cfg
         tput, acc_len, acc_rate = self.window_stats()
         used = sum(r.prompt_len + r.emitted for r in self.running)
-        return GaugeValues(
-            num_running_reqs=len(self.running),
-            num_queue_reqs=len(self.waiting),
-            gen_throughput=tput,
-            cache_hit_rate=0.0,
-            token_usage=min(used / c.max_total_tokens, 1.0),
-            mamba_usage=len(self.running) / c.max_running_requests,
-            spec_accept_length=acc_len if self.spec else 0.0,
-            spec_accept_rate=acc_rate if self.spec else 0.0,
-            spec_num_steps=c.speculative_num_steps if self.spec else 0,
-            spec_num_draft_tokens=c.speculative_num_draft_tokens if self.spec else 0,
-        )
+        spec = self.spec
+        return {
+            "num_running_reqs": len(self.running),
+            "num_queue_reqs": len(self.waiting),
+            "gen_throughput": tput,
+            "cache_hit_rate": 0.0,
+            "token_usage": min(used / c.max_total_tokens, 1.0),
+            "mamba_usage": len(self.running) / c.max_running_requests,
+            "spec_accept_length": acc_len if spec else 0.0,
+            "spec_accept_rate": acc_rate if spec else 0.0,
+            "spec_num_steps": c.speculative_num_steps if spec else 0,
+            "spec_num_draft_tokens": c.speculative_num_draft_tokens if spec else 0,
+        }

@@ -1,7 +1,12 @@
 """``serve(cfg)``: run the simulator under uvicorn until SIGINT, or SIGTERM and a drain.
 
+The drain is SGLang 0.5.23's: on SIGTERM /health, /health_generate and /ready answer 503, requests
+in flight finish (new ones are still served: the router stops sending on the 503), and a watchdog
+checks every 5 s (``QWEN_NPU_DRAIN_CHECK_S`` in tests) how many remain, exiting 0 once none do, or
+1 at once when the last health check failed or ``SGL_FORCE_SHUTDOWN`` is set.
+
 uvicorn's own signal handling stops at once on SIGTERM and then re-raises the signal (the process
-dies of it). ``DrainingServer`` turns SIGTERM into SGLang's drain instead (drain.Drain) and exits 0
+dies of it). ``DrainingServer`` turns SIGTERM into SGLang's drain instead (``Drain``) and exits 0
 when it is done, 1 when it was forced. SIGINT stops at once: uvicorn's graceful shutdown would wait
 up to ``timeout_graceful_shutdown`` for the streams in flight and then cancel them (an ``Exception
 in ASGI application`` traceback each), so the engine ends them first (``Engine.stop_all``): each
@@ -11,30 +16,114 @@ stream closes cleanly and the shutdown finds nothing to wait for.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
+from prometheus_client import disable_created_metrics
 
 from qwen_npu.log import PartLog
 from qwen_npu.ports import cannot_listen
+from qwen_npu.sim.clock import new_loop
 from qwen_npu.sim.config import SimConfig
-from qwen_npu.sim.drain import Drain
+from qwen_npu.sim.fastpath import RawSend, stamped_protocol
+from qwen_npu.sim.generate import GenerateHandlers, add_routes
+from qwen_npu.sim.routes import router
+from qwen_npu.sim.state import Sim
 
 log = PartLog("sim")
 
+CHECK_ENV = "QWEN_NPU_DRAIN_CHECK_S"
+FORCE_ENV = "SGL_FORCE_SHUTDOWN"
+
+
+def _check_interval_s() -> float:
+    """SGLang's watchdog period, 5 s, or ``QWEN_NPU_DRAIN_CHECK_S``'s (tests)."""
+    raw = os.environ.get(CHECK_ENV, "")
+    try:
+        value = float(raw or 5.0)
+    except ValueError:
+        log("error", "bad_env", name=CHECK_ENV, value=raw, next="a number of seconds > 0")
+        return 5.0
+    return value if value > 0 else 5.0
+
+
+class Drain:
+    """SIGTERM's drain: ``stop(0)`` once nothing is in flight, ``stop(1)`` when forced."""
+
+    def __init__(self, sim: Sim, stop: Callable[[int], None]) -> None:
+        self.sim = sim
+        self.stop = stop
+        self.task: asyncio.Task[None] | None = None
+
+    def begin(self) -> None:
+        """Enter the draining state (runs on the event loop; a second SIGTERM changes nothing)."""
+        sim = self.sim
+        if sim.draining:
+            log("warning", "sigterm_again", what="already draining", in_flight=sim.in_flight)
+            return
+        sim.draining = True
+        log(
+            "warning",
+            "draining",
+            in_flight=sim.in_flight,
+            check_every_s=f"{_check_interval_s():g}",
+            what="SIGTERM: /health now 503, in-flight requests finish, then exit 0",
+        )
+        self.task = asyncio.get_running_loop().create_task(self.watchdog())
+
+    async def watchdog(self) -> None:
+        sim = self.sim
+        interval = _check_interval_s()
+        while True:
+            # SGLang's get_bool_env_var
+            forced = os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+            if sim.unhealthy or forced:
+                why = (
+                    "while the last health check failed"
+                    if sim.unhealthy
+                    else f"with {FORCE_ENV} set"
+                )
+                log("error", "forced_exit", reason=f"SIGTERM {why}")
+                self.stop(1)
+                return
+            if sim.in_flight <= 0:
+                log("warning", "drained", what="no request in flight; exiting 0")
+                self.stop(0)
+                return
+            log("info", "draining", in_flight=sim.in_flight)
+            await asyncio.sleep(interval)
+
+
+def create_app(cfg: SimConfig) -> FastAPI:
+    """The ASGI app for one simulator config (serve it wrapped in ``RawSend``)."""
+    sim = Sim(cfg)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await sim.start()
+        yield
+
+    app = FastAPI(title="qwen-npu sim (SGLang-protocol simulator)", lifespan=lifespan)
+    app.state.sim = sim
+    add_routes(app, GenerateHandlers(sim))
+    app.include_router(router)
+    return app
+
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server; SIGTERM starts a drain instead of stopping at once."""
+    """uvicorn's server; SIGTERM starts the drain, SIGINT ends the requests in flight first."""
 
-    def __init__(self, config: uvicorn.Config, drain_of: Drain | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, sim: Sim) -> None:
         super().__init__(config)
-        self.drain = drain_of
+        self.sim = sim
+        self.drain = Drain(sim, self.stop)
         self.exit_code = 0
         self.loop: asyncio.AbstractEventLoop | None = None
-        #: Run on the loop at the first SIGINT: ends the requests in flight (serve() sets it).
-        self.on_interrupt: Callable[[], None] | None = None
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self.loop = asyncio.get_running_loop()
@@ -47,26 +136,24 @@ class DrainingServer(uvicorn.Server):
         if code:
             self.force_exit = True
 
+    def _interrupt(self) -> None:
+        sim = self.sim
+        log("info", "interrupted", in_flight=sim.in_flight, what="SIGINT: the requests end now")
+        if sim.engine is not None:
+            sim.engine.stop_all()
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig == signal.SIGTERM and self.drain is not None and self.loop is not None:
-            # A signal handler: hand the work to the loop (thread-safe wake-up).
+        # A signal handler: the work goes to the loop (thread-safe wake-up).
+        if sig == signal.SIGTERM and self.loop is not None:
             self.loop.call_soon_threadsafe(self.drain.begin)
             return
-        if sig == signal.SIGINT and self.on_interrupt is not None and self.loop is not None:
-            self.loop.call_soon_threadsafe(self.on_interrupt)
+        if sig == signal.SIGINT and self.loop is not None:
+            self.loop.call_soon_threadsafe(self._interrupt)
         super().handle_exit(sig, frame)
 
 
 def serve(cfg: SimConfig) -> int:
     """Run the server in the foreground until SIGINT, or SIGTERM then the drain; the exit code."""
-    # lazy: an extra's (pyproject.toml); the base install goes without
-    from prometheus_client import disable_created_metrics
-
-    # lazy: the ASGI stack loads when the server starts
-    from qwen_npu.sim.app import create_app, stamped_protocol
-    from qwen_npu.sim.clock import new_loop
-    from qwen_npu.sim.fastpath import RawSend
-
     disable_created_metrics()  # type: ignore[no-untyped-call]  # SGLang's multiprocess exposition has no *_created series
     app = create_app(cfg)
     config = uvicorn.Config(
@@ -81,26 +168,11 @@ def serve(cfg: SimConfig) -> int:
         timeout_graceful_shutdown=3,  # hung requests (faults) must not block the exit
         http=stamped_protocol(),
     )
-    server = DrainingServer(config)
-    server.drain = Drain(app.state.sim, server.stop)
-    sim = app.state.sim
-
-    def stop_requests() -> None:
-        log("info", "interrupted", in_flight=sim.in_flight, what="SIGINT: the requests end now")
-        if sim.engine is not None:
-            sim.engine.stop_all()
-
-    server.on_interrupt = stop_requests
+    server = DrainingServer(config, app.state.sim)
+    where = {"host": cfg.host, "port": cfg.port, "next": "pick a free --port or check --host"}
     busy = cannot_listen(cfg.host, cfg.port)
     if busy:
-        log(
-            "error",
-            "cannot_listen",
-            host=cfg.host,
-            port=cfg.port,
-            error=busy,
-            next="pick a free --port or check --host",
-        )
+        log("error", "cannot_listen", error=busy, **where)
         return 1
     url = f"http://{cfg.host}:{cfg.port}"
     log("info", "listening", url=url, next=f"curl {url}/health")
@@ -112,13 +184,12 @@ def serve(cfg: SimConfig) -> int:
         log("info", "stopped", reason="SIGINT")
         return 0
     except OSError as exc:
-        log("error", "cannot_listen", error=str(exc), next="pick a free --port")
+        log("error", "cannot_listen", error=str(exc), **where)
         return 1
     except SystemExit:  # uvicorn exits (code 3) when the bind fails after all; it logged why
-        log("error", "cannot_listen", next="pick a free --port or check --host")
-        return 1
+        server.started = False
     if not server.started:
-        log("error", "cannot_listen", next="pick a free --port or check --host")
+        log("error", "cannot_listen", **where)
         return 1
     log("info", "stopped", exit_code=server.exit_code)
     return server.exit_code

@@ -56,9 +56,9 @@ class Sim:
         self.in_flight = 0
         #: Generate requests that arrived: in all, before the server was ready, while draining
         #: (GET /sim/stats; the failover proof counts what reached a replica too early).
-        self.arrivals = 0
-        self.arrivals_before_ready = 0
-        self.arrivals_while_draining = 0
+        self.arrivals = dict.fromkeys(
+            ("requests_arrived", "requests_before_ready", "requests_while_draining"), 0
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -100,30 +100,12 @@ class Sim:
             vocab_size=self.cfg.vocab_size,
             garble_after=garble,
         )
-        return EngineRequest(
-            no=no,
-            prompt_len=len(p.prompt_ids),
-            max_new=p.max_new,
-            tokens=tokens,
-            streaming=p.stream,
-            log_metrics=log_metrics,
-        )
+        return EngineRequest(no, len(p.prompt_ids), p.max_new, tokens, p.stream, log_metrics)
 
     def count_arrival(self) -> None:
-        self.arrivals += 1
-        if not self.ready():
-            self.arrivals_before_ready += 1
-        if self.draining:
-            self.arrivals_while_draining += 1
-
-    def counts(self) -> dict[str, int]:
-        """The request counts /sim/stats reports beside the engine's timing."""
-        return {
-            "requests_arrived": self.arrivals,
-            "requests_before_ready": self.arrivals_before_ready,
-            "requests_while_draining": self.arrivals_while_draining,
-            "requests_in_flight": self.in_flight,
-        }
+        self.arrivals["requests_arrived"] += 1
+        self.arrivals["requests_before_ready"] += not self.ready()
+        self.arrivals["requests_while_draining"] += self.draining
 
     def gate(self) -> JSONResponse | None:
         """The answer that refuses a generate request before it reaches the engine, if any.

@@ -13,17 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from qwen_npu.sim import cli
-from qwen_npu.sim.config import (
-    FAULT_KEYS,
-    FIELDS,
-    ConfigError,
-    SimConfig,
-    build,
-    list_profiles,
-    load_yaml,
-)
+from qwen_npu.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles
 from qwen_npu.sim.timing import acceptance_distribution
 from tools.paths import DOCS, SIM_PROFILES
+
+
+def load_yaml(path: Path) -> SimConfig:
+    return build(config_file=path, env={})[0]
 
 
 def bad_keys(flags: Mapping[str, object]) -> set[str]:
@@ -105,17 +101,6 @@ def test_env_values_use_the_same_spelling_as_flags() -> None:
     assert (cfg.garbled, cfg.prefill_serial, cfg.accept_length) == (True, False, None)
     assert cfg.model_path == "123"
     assert origin["accept-distribution"] == "environment"
-
-
-def test_fault_keys_are_the_runtime_faults() -> None:
-    assert set(FAULT_KEYS) == {
-        "error_rate",
-        "hang_health",
-        "hang_generate",
-        "metrics_delay_s",
-        "metrics_malformed",
-        "garbled",
-    }
 
 
 def test_unknown_yaml_key_names_file_key_and_suggestion(tmp_path: Path) -> None:
@@ -205,9 +190,12 @@ def test_explicit_distribution_wins() -> None:
     assert acceptance_distribution(cfg) == [0.1, 0.2, 0.3, 0.4]
 
 
-def test_cli_flags_parse_typed_and_only_given_ones() -> None:
+def test_cli_flags_are_the_given_ones_and_build_types_them() -> None:
     _, flags = cli.parse(["--ttft-ms", "7", "--garbled", "--accept-distribution", "0.5,0.5"])
-    assert flags == {"ttft-ms": 7.0, "garbled": True, "accept-distribution": [0.5, 0.5]}
+    assert flags == {"ttft-ms": 7.0, "garbled": "true", "accept-distribution": "0.5,0.5"}
+    cfg, origin = build({**flags, "speculative-num-steps": 1}, env={})
+    assert (cfg.ttft_ms, cfg.garbled, cfg.accept_distribution) == (7.0, True, [0.5, 0.5])
+    assert origin["garbled"] == "flag"
 
 
 def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -257,7 +245,7 @@ def test_help_lists_every_field_with_its_default() -> None:
 def test_uvicorn_protocol_stamps_arrival_and_prefers_httptools() -> None:
     import importlib.util
 
-    from qwen_npu.sim.app import stamped_protocol
+    from qwen_npu.sim.fastpath import stamped_protocol
 
     proto = stamped_protocol()
     base = proto.__mro__[1].__name__

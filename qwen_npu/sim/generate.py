@@ -1,17 +1,16 @@
-"""POST /generate, /v1/completions and /v1/chat/completions.
+"""POST /generate, /v1/completions and /v1/chat/completions: ``GenerateHandlers``, bound to one Sim.
 
-``GenerateHandlers`` holds the three handlers, bound to one ``Sim``; fastpath.RawSend calls them
-directly (``fast_routes``), and the FastAPI twins in ``router`` call the same ones so the routes
-stay in the OpenAPI schema and work when the FastAPI app is mounted alone.
+fastpath.RawSend calls them directly; ``add_routes`` gives FastAPI twins calling the same ones, so
+the routes stay in the OpenAPI schema and work when the FastAPI app is mounted alone.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from qwen_npu.sim import protocol as proto
@@ -21,8 +20,6 @@ from qwen_npu.sim.scheduler import Aborted, QueueFull
 from qwen_npu.sim.scheduler import Request as EngineRequest
 from qwen_npu.sim.state import Sim
 from qwen_npu.sim.stream import Event, EventStream
-
-router = APIRouter()
 
 
 class _Release:
@@ -146,24 +143,15 @@ class GenerateHandlers:
         return await self._openai(raw, arrived, chat=True)
 
 
-def _handlers(request: Request) -> GenerateHandlers:
-    handlers: GenerateHandlers = request.app.state.generate
-    return handlers
+def _twin(handler: FastHandler) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return await handler(await request.body(), arrival(request.scope))
+
+    return route
 
 
-@router.post("/generate")
-async def generate(request: Request) -> Response:
-    return await _handlers(request).generate(await request.body(), arrival(request.scope))
-
-
-@router.post("/v1/completions")
-async def completions(request: Request) -> Response:
-    return await _handlers(request).completions(await request.body(), arrival(request.scope))
-
-
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    return await _handlers(request).chat(await request.body(), arrival(request.scope))
-
-
-__all__ = ["GenerateHandlers", "router"]
+def add_routes(app: FastAPI, handlers: GenerateHandlers) -> None:
+    """The fast routes on ``app.state.fast_routes`` and their FastAPI twins."""
+    app.state.fast_routes = handlers.fast_routes()
+    for (method, path), handler in app.state.fast_routes.items():
+        app.add_api_route(path, _twin(handler), methods=[method])

@@ -24,7 +24,7 @@ import pytest
 
 from tools.paths import REPO
 from tools.release import oci
-from tools.release.registry import Credentials, Registry
+from tools.release.registry import Registry
 from tools.versions import read_versions
 
 USER, PASSWORD = "releaser", "s3cret-test"
@@ -168,7 +168,7 @@ class RunningRegistry:
     root: Path
 
     def client(self, password: str = PASSWORD, ca: Path | None = None) -> Registry:
-        return Registry(self.host, Credentials(USER, password), str(ca) if ca else None)
+        return Registry.login(self.host, USER, password, str(ca) if ca else None)
 
 
 def _free_port() -> int:

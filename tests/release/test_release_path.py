@@ -101,7 +101,7 @@ def test_release_pushes_signs_and_pins_every_digest(
         assert (released["dir"] / info["signature"]["path"]).is_file()
     assert client.tags("qwen/charts/qwen-npu") == [VERSION]
     assert "this record (record.json.asc)" in record["signing"]["signed"]
-    common.verify_file(released["dir"] / "record.json", released["dir"] / "keys" / "site.gpg")
+    signing.verify_file(released["dir"] / "record.json", released["dir"] / "keys" / "site.gpg")
 
 
 def test_sbom_lists_debian_and_python_packages_with_versions(released: dict[str, Any]) -> None:
@@ -267,8 +267,8 @@ def test_bundle_holds_archives_chart_overlay_sums_readme_and_tarball(
 ) -> None:
     record = released["record"]
     for name, info in record["images"].items():
-        with oci.open_archive(bundled / "images" / f"{name}.oci.tar") as image:
-            assert image.digest == info["digest"]
+        manifest, _ = oci.read_archive(bundled / "images" / f"{name}.oci.tar")
+        assert oci.sha256_digest(manifest) == info["digest"]
     assert (bundled / "chart" / f"qwen-npu-{VERSION}.tgz.prov").is_file()
     sums = (bundled / "SHA256SUMS").read_text()
     for path in bundled.rglob("*"):
@@ -329,9 +329,8 @@ def test_bundle_load_pushes_and_verifies_end_to_end(
     )
     assert pull.returncode == 0, pull.stderr
     # an image the release did not sign is refused under the same policy
-    unsigned = tiny_image(tmp_path / "unsigned", "engine", "not ours")
-    oci.read_layout(unsigned).push(client, "site/extra")
-    client.put_manifest("site/extra", "1", *_manifest(unsigned))
+    unsigned = oci.read_layout(tiny_image(tmp_path / "unsigned", "engine", "not ours"))
+    client.tag("site/extra", unsigned.push(client, "site/extra"), "1")
     refused = _policy_pull(
         site,
         f"{site.host}/site/extra:1",
@@ -342,15 +341,6 @@ def test_bundle_load_pushes_and_verifies_end_to_end(
         f"{site.host}/site",
     )
     assert refused.returncode != 0 and "signature" in refused.stderr.lower(), refused.stderr
-
-
-def _manifest(layout: Path) -> tuple[bytes, str]:
-    image = oci.read_layout(layout)
-    return image.manifest, image.media_type
-
-
-def _rewrite_sums(bundle: Path) -> None:
-    bundle_verbs.write_sums(bundle)
 
 
 @pytest.mark.parametrize("case", ["corrupt", "digest-mismatch", "missing-signature"])
@@ -375,12 +365,12 @@ def test_bad_bundle_is_one_line_and_pushes_nothing(
         expect = "images/sidecar.oci.tar is corrupt"
     elif case == "digest-mismatch":
         shutil.copy(copy / "images" / "sidecar.oci.tar", copy / "images" / "engine.oci.tar")
-        _rewrite_sums(copy)
+        bundle_verbs.write_sums(copy)
         expect = "digest mismatch"
     else:
         sig = copy / released["record"]["images"]["engine"]["signature"]["path"]
         sig.unlink()
-        _rewrite_sums(copy)
+        bundle_verbs.write_sums(copy)
         expect = "no signature"
     ns = f"bad-{case}"
     line = one_error_line(
@@ -420,8 +410,7 @@ def test_policy_refuses_a_tampered_image(
     assert ok.returncode == 0, ok.stderr
     evil = tiny_image(tmp_path / "evil", "engine", "tampered")
     image = oci.read_layout(evil)
-    image.push(client, "qwen/engine")
-    client.put_manifest("qwen/engine", VERSION, image.manifest, image.media_type)
+    client.tag("qwen/engine", image.push(client, "qwen/engine"), VERSION)
     info = released["record"]["images"]["engine"]
     sigstore = released["dir"] / "sigstore"
     forged = signing.lookaside_path(sigstore, "qwen/engine", image.digest)
@@ -535,10 +524,10 @@ def test_rollback_untags_new_tags_and_restores_replaced_ones(
     new = oci.read_layout(tiny_image(tmp_path / "new", "engine", "after!"))
     for image in (old, new):
         image.push(client, "rollback/engine")
-    client.put_manifest("rollback/engine", "moved", old.manifest, old.media_type)
+    client.tag("rollback/engine", old.digest, "moved")
     publisher = common.Publisher(client)
-    publisher.tag("rollback/engine", "moved", new)
-    publisher.tag("rollback/engine", "created", new)
+    publisher.tag("rollback/engine", "moved", new.digest)
+    publisher.tag("rollback/engine", "created", new.digest)
     assert client.manifest_digest("rollback/engine", "created") == new.digest
     assert publisher.rollback() == []
     assert client.manifest_digest("rollback/engine", "moved") == old.digest

@@ -9,10 +9,12 @@ GNUPGHOME and the key's fingerprint (--key); verification a public keyring file 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from tools.release import ReleaseError, bundle, common, model, publish, signing
@@ -92,10 +94,10 @@ def _go_trust(argv: list[str]) -> None:
     if not Path(ca).is_file():
         return  # Registry names the missing file in one line
     system = Path("/etc/ssl/certs/ca-certificates.crt")
-    bundle = Path(os.environ.get("TMPDIR", "/tmp")) / f"qwen-npu-release-ca-{os.getuid()}.pem"
-    bundle.write_text(
-        (system.read_text() if system.is_file() else "") + "\n" + Path(ca).read_text()
-    )
+    pem = (system.read_text() if system.is_file() else "") + "\n" + Path(ca).read_text()
+    name = f"qwen-npu-release-ca-{hashlib.sha256(pem.encode()).hexdigest()[:16]}.pem"
+    bundle = Path(tempfile.gettempdir()) / name  # one per CA: parallel runs do not share it
+    bundle.write_text(pem)
     env = {**os.environ, "SSL_CERT_FILE": str(bundle), "_QWEN_NPU_RELEASE_TRUST": ca}
     os.execve(sys.executable, [sys.executable, "-m", "tools.release", *argv], env)
 
@@ -134,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "chart-pull":
             target = Target.parse(args.registry)
             registry = Registry.from_env(target.host)
-            registry.ping()
             args.out.mkdir(parents=True, exist_ok=True)
             checked = common.pull_and_verify(target, registry, args.version, args.keyring, args.out)
             result = {k: str(v) for k, v in checked.items()}

@@ -11,15 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.release import ReleaseError, chart, oci, signing
-from tools.release.common import (
-    NODE_KEYRING,
-    Publisher,
-    guard,
-    pull_and_verify,
-    say,
-    sha256_file,
-    verify_file,
-)
+from tools.release.common import NODE_KEYRING, Publisher, log, pull_and_verify
+from tools.release.oci import sha256_file
 from tools.release.registry import Registry, Target
 
 SITE_PLACEHOLDER = "REPLACE-ME.site.example:5000/qwen-npu"
@@ -30,11 +23,10 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
     if not record_path.is_file():
         raise ReleaseError(f"{record_path}: no release record; run `make release` first")
     rel = record_path.parent
-    verify_file(record_path, keyring)
+    signing.verify_file(record_path, keyring)
     record = json.loads(record_path.read_text())
     target = Target.parse(record["registry"])
     registry = Registry.from_env(target.host)
-    registry.ping()
     if dest.exists():
         if any(dest.iterdir()) and not (dest / "SHA256SUMS").is_file():
             raise ReleaseError(
@@ -46,14 +38,12 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
     work.mkdir(parents=True, exist_ok=True)
     lines = []
     for name, info in record["images"].items():
-        repo = target.repo(name)
-        body, media_type = registry.get_manifest(repo, info["digest"])
-        image = oci.Image(body, media_type, oci.RegistrySource(registry, repo))
-        sig_src = rel / info["signature"]["path"]
-        signing.verify_manifest(body, info["signature"]["identity"], sig_src, keyring)
         archive = dest / "images" / f"{name}.oci.tar"
-        say("bundle_image", image=name, digest=info["digest"], to=archive)
-        oci.write_archive(archive, image, info["tag"])
+        log("info", "bundle_image", image=name, digest=info["digest"], to=archive)
+        registry.pull(target.repo(name), info["digest"], f"oci-archive:{archive}:{info['tag']}")
+        sig_src = rel / info["signature"]["path"]
+        manifest = _archived_manifest(archive, info["digest"], f"bundle {dest}")
+        signing.verify_manifest(manifest, info["signature"]["identity"], sig_src, keyring)
         sig_dst = dest / info["signature"]["path"]
         sig_dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(sig_src, sig_dst)
@@ -87,7 +77,8 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
     tarball = dest.with_name(dest.name + ".tar")
     with tarfile.open(tarball, "w") as tar:
         tar.add(dest, arcname=dest.name)
-    say(
+    log(
+        "info",
         "bundled",
         bundle=dest,
         tarball=tarball,
@@ -95,6 +86,17 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
         next=f"carry {tarball.name} in; make bundle-load BUNDLE={dest.name} REGISTRY=<site>",
     )
     return tarball
+
+
+def _archived_manifest(archive: Path, digest: str, where: str) -> bytes:
+    """The manifest an image archive holds, refused unless it is the release record's."""
+    manifest, _ = oci.read_archive(archive)
+    if oci.sha256_digest(manifest) != digest:
+        raise ReleaseError(
+            f"{where}: {archive.parent.name}/{archive.name} holds {oci.sha256_digest(manifest)}, "
+            f"the release record says {digest}: digest mismatch; refuse it"
+        )
+    return manifest
 
 
 def site_values(record: dict[str, Any], site: str) -> str:
@@ -216,42 +218,31 @@ def bundle_load(
     if not dest.is_dir():
         raise ReleaseError(f"BUNDLE={source}: no such directory or tarball")
     check_sums(dest)
-    verify_file(dest / "record.json", keyring)
+    signing.verify_file(dest / "record.json", keyring)
     record = json.loads((dest / "record.json").read_text())
     archive = dest / "chart" / record["chart"]["archive"]
     chart.verify(archive, keyring, dest / "chart" / record["chart"]["provenance"])
+    for name, info in record["images"].items():  # every image checked before any push
+        manifest = _archived_manifest(
+            dest / "images" / f"{name}.oci.tar", info["digest"], f"bundle {dest}"
+        )
+        sig = dest / info["signature"]["path"]
+        signing.verify_manifest(manifest, info["signature"]["identity"], sig, keyring)
     registry = Registry.from_env(target.host)
-    registry.ping()
     publisher = Publisher(registry)
-    wanted = [(target.repo(n), i["tag"]) for n, i in record["images"].items()]
-    wanted.append((target.repo(f"{chart.CHART_REPO}/qwen-npu"), record["chart"]["version"]))
-    publisher.refuse_existing(wanted, overwrite, f"release {record['version']}")
+    tags = {n: i["tag"] for n, i in record["images"].items()}
+    publisher.refuse_existing(target, tags, record["chart"]["version"], overwrite)
     released = Target.parse(record["registry"])
     sigstore = out / "sigstore"
     loaded: dict[str, Any] = {}
-    archives = {}
     for name, info in record["images"].items():
-        path = dest / "images" / f"{name}.oci.tar"
-        with oci.open_archive(path) as image:
-            if image.digest != info["digest"]:
-                raise ReleaseError(
-                    f"bundle {dest}: images/{name}.oci.tar holds {image.digest}, the release "
-                    f"record says {info['digest']}: digest mismatch; refuse it"
-                )
-            signing.verify_manifest(
-                image.manifest,
-                info["signature"]["identity"],
-                dest / info["signature"]["path"],
-                keyring,
-            )
-            say("bundle_load_image", image=name, digest=image.digest, to=target.ref(name))
-            image.push(registry, target.repo(name))
-            archives[name] = (image.manifest, image.media_type)
+        log("info", "bundle_load_image", image=name, digest=info["digest"], to=target.ref(name))
+        registry.push(
+            f"oci-archive:{dest / 'images' / f'{name}.oci.tar'}", target.repo(name), info["digest"]
+        )
     try:
         for name, info in record["images"].items():
-            manifest, media_type = archives[name]
-            image = oci.Image(manifest, media_type, oci.BlobSource())
-            publisher.tag(target.repo(name), info["tag"], image)
+            publisher.tag(target.repo(name), info["tag"], info["digest"])
         staged = out / "chart"
         shutil.rmtree(staged, ignore_errors=True)
         staged.mkdir()
@@ -259,10 +250,8 @@ def bundle_load(
         shutil.copy2(
             dest / "chart" / record["chart"]["provenance"], staged / (archive.name + ".prov")
         )
-        chart_digest = chart.push(staged / archive.name, target, registry, out)
-        publisher.record_chart(
-            target.repo(f"{chart.CHART_REPO}/qwen-npu"), record["chart"]["version"], chart_digest
-        )
+        version = record["chart"]["version"]
+        chart_digest = publisher.push_chart(staged / archive.name, target, version, out)
         pulled = pull_and_verify(target, registry, record["chart"]["version"], keyring, out)
         if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
             raise ReleaseError(
@@ -270,13 +259,12 @@ def bundle_load(
             )
         for name, info in record["images"].items():
             repo = target.repo(name)
-            now = registry.manifest_digest(repo, info["tag"])
-            if now != info["digest"]:
+            body = (registry.get_manifest(repo, info["tag"]) or (b"", ""))[0]
+            if oci.sha256_digest(body) != info["digest"]:
                 raise ReleaseError(
-                    f"{target.ref(name)}:{info['tag']} resolves to {now}, the bundle's is "
-                    f"{info['digest']}: digest mismatch"
+                    f"{target.ref(name)}:{info['tag']} resolves to {oci.sha256_digest(body)}, "
+                    f"the bundle's is {info['digest']}: digest mismatch"
                 )
-            body, _ = registry.get_manifest(repo, info["digest"])
             src = dest / info["signature"]["path"]
             signer = signing.verify_manifest(body, info["signature"]["identity"], src, keyring)
             sig = signing.lookaside_path(sigstore, repo, info["digest"])
@@ -287,7 +275,7 @@ def bundle_load(
                 "signed_by": signer,
             }
     except ReleaseError as exc:
-        raise guard(publisher, exc) from None
+        raise publisher.guard(exc) from None
     (out / "values-site.yaml").write_text(site_values(record, str(target)))
     shutil.copy2(keyring, out / "site.gpg")
     signing.write_json(
@@ -307,7 +295,8 @@ def bundle_load(
         "chart": f"oci://{target.ref(chart.CHART_REPO)}/qwen-npu",
     }
     signing.write_json(out / "loaded.json", result)
-    say(
+    log(
+        "info",
         "bundle_loaded",
         registry=target,
         out=out,

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,23 +128,14 @@ def verify(archive: Path, keyring: Path, prov: Path | None = None) -> dict[str, 
 
 
 def _client(registry: Registry, work: Path) -> Any:
-    helm = _helm()
-    client = helm.RegistryClient(credentials_file=str(work / "helm-registry.json"))
-    if registry.credentials.username is not None:
-        try:
-            client.login(
-                registry.host, registry.credentials.username, registry.credentials.password or ""
-            )
-        except helm.HelmError as exc:
-            raise ReleaseError(f"registry {registry.host}: helm login refused ({exc})") from None
-    return client
+    """Helm's registry client with the run's auth file (the same file skopeo reads)."""
+    return _helm().RegistryClient(credentials_file=registry.auth_file or work / "helm-auth.json")
 
 
 def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
     """helm push (the .prov beside the archive goes too); returns the chart manifest's digest."""
     helm = _helm()
-    client = _client(registry, work)
-    with client:
+    with _client(registry, work) as client:
         try:
             client.push(str(archive), f"oci://{target.ref(CHART_REPO)}")
         except helm.HelmError as exc:
@@ -159,21 +151,20 @@ def pull(target: Target, registry: Registry, version: str, dest: Path, work: Pat
     """helm pull oci://.../charts/qwen-npu, plus its provenance layer; returns the archive."""
     helm = _helm()
     dest.mkdir(parents=True, exist_ok=True)
-    client = _client(registry, work)
-    with client:
+    with _client(registry, work) as client:
         try:
-            client.pull(
-                f"oci://{target.ref(CHART_REPO)}/qwen-npu", version=version, destination=str(dest)
-            )
+            ref = f"oci://{target.ref(CHART_REPO)}/qwen-npu"
+            client.pull(ref, version=version, destination=str(dest))
         except helm.HelmError as exc:
             raise ReleaseError(f"pulling qwen-npu {version} from {target}: {exc}") from None
     archive = dest / f"qwen-npu-{version}.tgz"
-    repo = target.repo(f"{CHART_REPO}/qwen-npu")
-
-    manifest = json.loads(registry.get_manifest(repo, version)[0])
-    provs = [layer for layer in manifest["layers"] if layer["mediaType"] == PROV_MEDIA_TYPE]
-    if provs:
-        (dest / f"{archive.name}.prov").write_bytes(registry.get_blob(repo, provs[0]["digest"]))
+    with tempfile.TemporaryDirectory(dir=work) as tmp:  # the artifact as skopeo's dir:
+        registry.pull(target.repo(f"{CHART_REPO}/qwen-npu"), version, f"dir:{tmp}")
+        layers = json.loads((Path(tmp) / "manifest.json").read_bytes())["layers"]
+        for layer in layers:
+            if layer["mediaType"] == PROV_MEDIA_TYPE:
+                blob = Path(tmp) / layer["digest"].removeprefix("sha256:")
+                shutil.copy(blob, dest / f"{archive.name}.prov")
     return archive
 
 

@@ -1,29 +1,21 @@
-"""`make model-image` and `qwen-npu fetch`'s OCI source: a checkpoint folder as an OCI artifact
-(big files one layer each) and its pull back into a folder.
-"""
+"""`make model-image`: a checkpoint folder as an OCI image (big files one layer each) and its pull
+back into a folder (`model-pull`), every file checked against the manifest inside."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import shutil
 import subprocess
 import sys
-import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from tools.release import ReleaseError, oci
-from tools.release.common import say, sha256_file
+from tools.release.common import log
 from tools.release.registry import Registry
 
 MODEL_MANIFEST = ".qwen-npu-model.json"
-
-
-MODEL_ARTIFACT = "application/vnd.qwen-npu.model.v1+json"
-
-
 BIG_FILE = 256 << 20
 
 
@@ -52,99 +44,47 @@ def model_image(
             "flags in PREFLIGHT_ARGS (e.g. --mamba-ssm-dtype bfloat16)"
         )
     prefix = (path_in_image or model_dir.name).strip("/")
-    files = sorted(p for p in model_dir.rglob("*") if p.is_file())
+    files = {
+        f"{prefix}/{p.relative_to(model_dir)}": p
+        for p in sorted(model_dir.rglob("*"))
+        if p.is_file()
+    }
     entries: list[dict[str, Any]] = [
-        {
-            "path": f"{prefix}/{p.relative_to(model_dir)}",
-            "size": p.stat().st_size,
-            "sha256": sha256_file(p),
-        }
-        for p in files
+        {"path": name, "size": p.stat().st_size, "sha256": oci.sha256_file(p)}
+        for name, p in sorted(files.items())
     ]
     listing = json.dumps({"path": prefix, "files": entries}, indent=2).encode()
+    # Each big file alone (pulls in parallel, re-pushes only what changed), the small files
+    # together, the file manifest last.
+    layers: list[dict[str, bytes | Path]] = [
+        {n: p} for n, p in files.items() if p.stat().st_size >= BIG_FILE
+    ]
+    layers.append({n: p for n, p in files.items() if p.stat().st_size < BIG_FILE})
+    layers.append({f"{prefix}/{MODEL_MANIFEST}": listing})
     layout = out / "model-layout"
     shutil.rmtree(layout, ignore_errors=True)
-    image = build_file_image(layout, tag, model_dir, prefix, files, listing)
-    registry = Registry.from_env(host)
-    registry.ping()
-    digest = image.push(registry, repo)
-    registry.put_manifest(repo, tag, image.manifest, image.media_type)
-    shutil.rmtree(layout)
-    result = {
-        "reference": f"{ref}@{digest}",
-        "digest": digest,
-        "files": len(entries),
-        "bytes": sum(int(e["size"]) for e in entries),
-        "path": prefix,
+    annotations = {
+        "org.opencontainers.image.title": prefix,
+        "io.qwen-npu.model.manifest": f"{prefix}/{MODEL_MANIFEST}",
     }
-    say(
+    image = oci.build_image(
+        layout, tag, [lay for lay in layers if lay], compress=False, annotations=annotations
+    )
+    registry = Registry.from_env(host)
+    digest = image.push(registry, repo)
+    registry.tag(repo, digest, tag)
+    shutil.rmtree(layout)
+    log(
+        "info",
         "model_image_pushed",
         ref=ref,
         digest=digest,
         files=len(entries),
         next=f"set model.source=image model.image.reference={ref}@{digest} model.path={prefix}",
     )
-    return result
-
-
-def build_file_image(
-    layout: Path, tag: str, model_dir: Path, prefix: str, files: list[Path], listing: bytes
-) -> oci.Image:
-    """Layers: each big file alone (pulls in parallel, re-pushes only what changed), the small
-    files together, the file manifest last."""
-    blobs = layout / "blobs" / "sha256"
-    blobs.mkdir(parents=True)
-    groups = [[p] for p in files if p.stat().st_size >= BIG_FILE]
-    small = [p for p in files if p.stat().st_size < BIG_FILE]
-    if small:
-        groups.append(small)
-    descriptors, diff_ids = [], []
-    for group in [*groups, None]:
-        partial = blobs / "layer.partial"
-        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-            items = [(f"{prefix}/{p.relative_to(model_dir)}", p) for p in group] if group else []
-            for arcname, path in items:
-                info = tarfile.TarInfo(arcname)
-                info.size, info.mode = path.stat().st_size, 0o444
-                with path.open("rb") as handle:
-                    tar.addfile(info, handle)
-            if group is None:
-                info = tarfile.TarInfo(f"{prefix}/{MODEL_MANIFEST}")
-                info.size, info.mode = len(listing), 0o444
-
-                tar.addfile(info, io.BytesIO(listing))
-        digest = "sha256:" + sha256_file(partial)
-        size = partial.stat().st_size
-        partial.rename(blobs / digest.removeprefix("sha256:"))
-        descriptors.append({"mediaType": oci.OCI_LAYER_TAR, "digest": digest, "size": size})
-        diff_ids.append(digest)
-    config = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": {},
-            "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        },
-        sort_keys=True,
-    ).encode()
-    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    (blobs / config_digest.removeprefix("sha256:")).write_bytes(config)
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": oci.OCI_MANIFEST,
-            "config": {"mediaType": oci.OCI_CONFIG, "digest": config_digest, "size": len(config)},
-            "layers": descriptors,
-            "annotations": {
-                "org.opencontainers.image.title": prefix,
-                "io.qwen-npu.model.manifest": f"{prefix}/{MODEL_MANIFEST}",
-            },
-        },
-        sort_keys=True,
-    ).encode()
-    image = oci.Image(manifest, oci.OCI_MANIFEST, oci.LayoutSource(layout))
-    (blobs / image.digest.removeprefix("sha256:")).write_bytes(manifest)
-    return image
+    size = sum(int(e["size"]) for e in entries)
+    return {"reference": f"{ref}@{digest}", "digest": digest, "files": len(entries),
+            "bytes": size, "path": prefix}  # fmt: skip
 
 
 def model_pull(ref: str, dest: Path) -> dict[str, Any]:
@@ -153,29 +93,28 @@ def model_pull(ref: str, dest: Path) -> dict[str, Any]:
     name, _, digest = ref.partition("@")
     last = name.rsplit("/", 1)[-1]
     repo_ref, tag = name.rsplit(":", 1) if ":" in last else (name, "")
-    reference = digest or tag
-    if not reference:
+    if not (digest or tag):
         raise ReleaseError(
             f"REF={ref}: give a tag or a digest (host/repo:tag or host/repo@sha256:...)"
         )
     host, _, repo = repo_ref.partition("/")
-    registry = Registry.from_env(host)
-    body, media_type = registry.get_manifest(repo, reference)
-    image = oci.Image(body, media_type, oci.RegistrySource(registry, repo))
-    for blob in image.layers():
-        for member, reader in oci.layer_members(image, blob):
-            target = (dest / member.name).resolve()
-            if not str(target).startswith(str(dest.resolve())):
-                raise ReleaseError(f"{ref}: layer entry {member.name} escapes the destination")
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-            elif reader is not None:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with target.open("wb") as handle:
-                    shutil.copyfileobj(reader, handle)
-    prefix = image.parsed.get("annotations", {}).get("io.qwen-npu.model.manifest", "")
-    listing = json.loads((dest / prefix).read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:  # skopeo's dir: layout, digests checked
+        Registry.from_env(host).pull(repo, digest or tag, f"dir:{tmp}")
+        manifest = (Path(tmp) / "manifest.json").read_bytes()
+        image = oci.Image(manifest, oci.OCI_MANIFEST, Path(tmp))
+        for blob in image.layers():
+            for member, reader in image.layer_members(blob):
+                target = (dest / member.name).resolve()
+                if not target.is_relative_to(dest.resolve()):
+                    raise ReleaseError(f"{ref}: layer entry {member.name} escapes the destination")
+                if reader is not None:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with target.open("wb") as handle:
+                        shutil.copyfileobj(reader, handle)
+    listing_path = image.parsed.get("annotations", {}).get("io.qwen-npu.model.manifest", "")
+    listing = json.loads((dest / listing_path).read_text())
     for entry in listing["files"]:
-        if sha256_file(dest / entry["path"]) != entry["sha256"]:
+        if oci.sha256_file(dest / entry["path"]) != entry["sha256"]:
             raise ReleaseError(f"{ref}: {entry['path']} differs from the image's file manifest")
     return {"digest": image.digest, "files": len(listing["files"]), "path": listing["path"]}

@@ -1,7 +1,6 @@
 """`make release`: the images and the chart pushed to an OCI registry, signed, pinned by digest,
 with SBOMs; the release record the other verbs read.
 
-
 Why in this order: everything is pushed by digest first (untagged), signed and checked; the
 tags (images, then the chart) come last, and a failure after the first tag puts the registry back
 as it was (Publisher.rollback), so nothing half-pushed is ever tagged as the release. The bundle
@@ -17,19 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tools.paths import CHART_DIR
 from tools.release import ReleaseError, chart, oci, sbom, signing
 from tools.release.common import (
     IMAGES,
     NODE_KEYRING,
     Publisher,
-    guard,
+    log,
     pull_and_verify,
-    read_chart_version,
-    say,
-    sha256_file,
-    sign_file,
     source_record,
 )
+from tools.release.oci import sha256_file
 from tools.release.registry import Registry, Target
 
 
@@ -72,7 +71,7 @@ def local_layout(spec: ImageSpec, cache: Path) -> oci.Image:
         layout.mkdir(parents=True, exist_ok=True)
         for old in layout.glob("source-*"):
             old.unlink()
-        say("image_convert", image=spec.name, source=spec.source, to=f"oci:{layout}")
+        log("info", "image_convert", image=spec.name, source=spec.source, to=f"oci:{layout}")
         signing.run(
             [
                 "skopeo",
@@ -102,16 +101,12 @@ def release(
     out: Path,
     *,
     overwrite: bool = False,
-    chart_version: str | None = None,
     node_keyring: Path = NODE_KEYRING,
 ) -> dict[str, Any]:
     registry = Registry.from_env(target.host)
-    registry.ping()
-    version = chart_version or read_chart_version()
+    version = str(yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())["version"])
     publisher = Publisher(registry)
-    wanted = [(target.repo(s.name), s.tag) for s in specs]
-    wanted.append((target.repo(f"{chart.CHART_REPO}/qwen-npu"), version))
-    publisher.refuse_existing(wanted, overwrite, f"release {version}")
+    publisher.refuse_existing(target, {s.name: s.tag for s in specs}, version, overwrite)
     rel = out / version
     shutil.rmtree(rel, ignore_errors=True)
     (rel / "keys").mkdir(parents=True)
@@ -119,12 +114,17 @@ def release(
     work.mkdir(parents=True, exist_ok=True)
     key.export_public(rel / "keys" / "site.gpg")
     images: dict[str, Any] = {}
-    pushed: dict[str, oci.Image] = {}
     for spec in specs:
         started = time.monotonic()
         image = local_layout(spec, out / "cache" / "layouts")
         repo = target.repo(spec.name)
-        say("image_push", image=spec.name, repository=target.ref(spec.name), digest=image.digest)
+        log(
+            "info",
+            "image_push",
+            image=spec.name,
+            repository=target.ref(spec.name),
+            digest=image.digest,
+        )
         digest = image.push(registry, repo)
         identity = f"{target.ref(spec.name)}:{spec.tag}"
         sig = signing.lookaside_path(rel / "sigstore", repo, digest)
@@ -161,7 +161,6 @@ def release(
             },
             "push_seconds": round(time.monotonic() - started, 1),
         }
-        pushed[spec.name] = image
     pins = {name: (i["repository"], i["tag"], i["digest"]) for name, i in images.items()}
     archive = chart.package(pins, rel, version)
     secret = work / "secring.gpg"
@@ -173,9 +172,8 @@ def release(
     signed_by = chart.verify(archive, rel / "keys" / "site.gpg", prov)["signed_by"]
     try:
         for spec in specs:
-            publisher.tag(target.repo(spec.name), spec.tag, pushed[spec.name])
-        chart_digest = chart.push(archive, target, registry, work)
-        publisher.record_chart(target.repo(f"{chart.CHART_REPO}/qwen-npu"), version, chart_digest)
+            publisher.tag(target.repo(spec.name), spec.tag, images[spec.name]["digest"])
+        chart_digest = publisher.push_chart(archive, target, version, work)
         check = pull_and_verify(target, registry, version, rel / "keys" / "site.gpg", work)
         if check["archive_sha256"] != sha256_file(archive):
             raise ReleaseError(
@@ -190,7 +188,7 @@ def release(
                     f"{images[spec.name]['digest']}: digest mismatch (another push raced this one)"
                 )
     except ReleaseError as exc:
-        raise guard(publisher, exc) from None
+        raise publisher.guard(exc) from None
     signing.write_json(
         rel / "policy.json",
         signing.policy({str(target): None}, node_keyring),
@@ -229,8 +227,9 @@ def release(
         },
     }
     signing.write_json(rel / "record.json", record)
-    sign_file(key, rel / "record.json")
-    say(
+    signing.sign_file(key, rel / "record.json")
+    log(
+        "info",
         "released",
         version=version,
         chart=record["chart"]["reference"],

@@ -13,7 +13,7 @@ import posixpath
 import uuid
 from typing import Any
 
-from tools.release.oci import Image, layer_members
+from tools.release.oci import Image
 
 DPKG_STATUS = "var/lib/dpkg/status"
 SPEC_VERSION = "1.5"
@@ -29,7 +29,7 @@ def collect(image: Image) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[s
     metadata: dict[str, bytes] = {}
     for blob in image.layers():
         gone: set[str] = set()
-        for member, reader in layer_members(image, blob):
+        for member, reader in image.layer_members(blob):
             name = member.name.lstrip("./")
             base = posixpath.basename(name)
             if base.startswith(".wh."):

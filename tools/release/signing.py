@@ -120,6 +120,30 @@ class SigningKey:
             )
 
 
+def sign_file(key: SigningKey, path: Path) -> Path:
+    """A detached armored signature `<path>.asc` (the release record's)."""
+    sig = path.with_name(path.name + ".asc")
+    sig.unlink(missing_ok=True)
+    argv = ["gpg", "--batch", "--yes", "--pinentry-mode", "loopback"]
+    if key.passphrase_file:
+        argv += ["--passphrase-file", key.passphrase_file]
+    argv += ["--local-user", key.fingerprint, "--armor", "--detach-sign", "--output", str(sig)]
+    run([*argv, str(path)], what=f"signing {path.name}", env=key.env())
+    return sig
+
+
+def verify_file(path: Path, keyring: Path) -> None:
+    sig = path.with_name(path.name + ".asc")
+    if not sig.is_file():
+        raise ReleaseError(f"{path}: no signature {sig.name}; the record is not signed, refuse it")
+    argv = ["gpgv", "--keyring", str(keyring.resolve()), str(sig), str(path)]
+    if subprocess.run(argv, capture_output=True, check=False).returncode != 0:
+        raise ReleaseError(
+            f"{path}: its signature {sig.name} does not verify with {keyring}; "
+            "the record was changed or signed by another key"
+        )
+
+
 def keyring_fingerprints(keyring: Path) -> list[str]:
     """Primary key fingerprints in a public keyring file."""
     if not keyring.is_file():

@@ -1,9 +1,8 @@
 """``qwen-npu fetch SOURCE DEST``, ``qwen-npu fetch wait DEST``, ``qwen-npu fetch verify DEST``.
 
-Why this exists: one verb for the engineer at a terminal (``make fetch``), the chart's staging Job,
-the engine pods' init container (``wait``) and ``helm test`` (``verify``). Exit codes: 0 done, 1 the
-fetch failed (or preflight says the checkpoint would fail), 2 bad input, 3 no space, 4 timed out.
-Errors are one line; docs/runbook.md "A fetch stuck or failing" says what each means.
+One verb for an engineer (``make fetch``), the chart's staging Job, the engine pods' init container
+(``wait``) and ``helm test`` (``verify``). Errors are one line; docs/runbook.md "A fetch stuck or
+failing" says what each exit code means.
 """
 
 from __future__ import annotations
@@ -11,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qwen_npu.cli_parser import (
     EXIT_BAD_INPUT,
@@ -35,6 +35,25 @@ PROG = "qwen-npu fetch"
 SUBCOMMANDS = ("wait", "verify")
 #: What the closing preflight judges without --profile (qwen_npu.fetch.profile.default_options).
 DEFAULT_JUDGED = "the chart's default engine"
+
+
+#: The transfer's knobs: flag, type, default, help (the default is appended).
+_TUNING: tuple[tuple[str, Callable[[str], Any], float, str], ...] = (
+    ("--jobs", positive_int, 4, "files at once"),
+    ("--read-timeout", positive_float, 60.0, "seconds one read may stall before it is retried"),
+    ("--connect-timeout", positive_float, 20.0, ""),
+    ("--attempts", positive_int, 6, "tries per file"),
+    (
+        "--backoff",
+        positive_float,
+        2.0,
+        "first pause between tries, doubled each time up to --max-backoff",
+    ),
+    ("--max-backoff", positive_float, 120.0, ""),
+    ("--lease", positive_float, 120.0, "seconds the DEST lock outlives a dead holder"),
+    ("--lock-wait", positive_float, 6 * 3600.0, "seconds to wait for another fetch of DEST"),
+    ("--progress-every", positive_float, 30.0, "seconds between progress lines"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,40 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the closing preflight verdict",
     )
-    p.add_argument("--jobs", type=positive_int, default=4, help="files at once (4)")
-    p.add_argument(
-        "--read-timeout",
-        type=positive_float,
-        default=60.0,
-        help="seconds one read may stall before it is retried (60)",
-    )
-    p.add_argument("--connect-timeout", type=positive_float, default=20.0, help="(20)")
-    p.add_argument("--attempts", type=positive_int, default=6, help="tries per file (6)")
-    p.add_argument(
-        "--backoff",
-        type=positive_float,
-        default=2.0,
-        help="first pause between tries, doubled each time up to --max-backoff (2)",
-    )
-    p.add_argument("--max-backoff", type=positive_float, default=120.0, help="(120)")
-    p.add_argument(
-        "--lease",
-        type=positive_float,
-        default=120.0,
-        help="seconds the DEST lock outlives a dead holder (120)",
-    )
-    p.add_argument(
-        "--lock-wait",
-        type=positive_float,
-        default=6 * 3600.0,
-        help="seconds to wait for another fetch of DEST (21600)",
-    )
-    p.add_argument(
-        "--progress-every",
-        type=positive_float,
-        default=30.0,
-        help="seconds between progress lines (30)",
-    )
+    for flag, kind, default, why in _TUNING:
+        p.add_argument(flag, type=kind, default=default, help=f"{why} ({default:g})".lstrip())
     p.add_argument(
         "--reverify",
         action="store_true",
@@ -139,9 +126,7 @@ def build_verify_parser() -> argparse.ArgumentParser:
 
 
 def _preflight(dest: Path, options: Options, judged: str) -> int:
-    """The checkpoint's preflight verdict (qwen_npu.preflight's API) for the engine ``options``
-    describe (a chart profile's, or the chart's default: qwen_npu.fetch.profile), as one log
-    line."""
+    """Preflight's verdict for the engine ``options`` describe, as one log line."""
     # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     from qwen_npu.preflight import run_preflight
     from qwen_npu.preflight.checkpoint import InputError
@@ -178,8 +163,7 @@ def _preflight(dest: Path, options: Options, judged: str) -> int:
 
 
 def _check_ca_bundle(path: str) -> None:
-    """FetchError (bad input) unless ``path`` is a readable PEM bundle with a certificate: loaded
-    here, before any download, as the clients would load it."""
+    """Refuse an unreadable PEM bundle before any download, loading it as the clients would."""
     # lazy: a verb loads only what it runs (--help and bad flags stay instant)
     import ssl
 

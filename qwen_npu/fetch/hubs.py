@@ -1,12 +1,9 @@
 """Hugging Face and ModelScope through their own clients (``huggingface_hub``, ``modelscope``).
 
-Why this exists: the hubs publish what a fetch needs (the commit a branch points to, every file's
-size and sha256 or git blob id) through their clients' metadata calls, and honour their own mirror
-settings (``HF_ENDPOINT``; ``MODELSCOPE_ENDPOINT`` or ``MODELSCOPE_DOMAIN``), tokens (``HF_TOKEN``,
-``MODELSCOPE_API_TOKEN``), proxies and CA bundles. The bytes come from the URL the client builds
-(``hf_hub_url``, ``get_download_url``) with the client's headers, read one bounded chunk at a time
-(``_stream``), so the transfer keeps control of memory, timeouts, retries and resume. Both clients
-are imported only here (``qwen-npu[fetch]``).
+The clients' metadata calls give the commit and every file's size and sum, and honour their mirror
+settings, tokens, proxies and CA bundles; the bytes come from the URL the client builds, read one
+bounded chunk at a time (``_Hub.stream``), so the transfer keeps control of memory, timeouts,
+retries and resume. Both clients are imported only here (``qwen-npu[fetch]``).
 """
 
 from __future__ import annotations
@@ -57,18 +54,61 @@ def _status_error(source: Source, status: int, what: str, env: str) -> Exception
     return FetchError(f"{source}: {what}: HTTP {status}; check SOURCE and the mirror setting")
 
 
-class HuggingFace:
-    """``hf://org/name[@revision]``."""
-
-    TOKEN_ENV = "HF_TOKEN"
+class _Hub:
+    TOKEN_ENV = ""
 
     def __init__(self, source: Source, read_timeout: float, connect_timeout: float) -> None:
         self.source = source
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.token = os.environ.get(self.TOKEN_ENV) or None
-        self.endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
         self._session: Any = None
+
+    @contextmanager
+    def stream(self, url: str, headers: dict[str, str], what: str, offset: int) -> Iterator[Stream]:
+        """The file's bytes from ``offset``, 1 MiB at a time, through one requests session.
+
+        requests/urllib3 rather than httpx: a third of the CPU on a large file (make perf-fetch);
+        both honour HTTPS_PROXY, NO_PROXY and the CA bundle, and requests drops Authorization when
+        a mirror redirects to another host.
+        """
+        # lazy: an extra's (pyproject.toml); the base install goes without
+        import requests
+        from urllib3.exceptions import HTTPError
+
+        if self._session is None:
+            self._session = requests.Session()
+        headers = {**headers, "Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        errors = (requests.RequestException, HTTPError, OSError)
+        try:
+            resp = self._session.get(
+                url,
+                headers=headers,
+                stream=True,
+                timeout=(self.connect_timeout, self.read_timeout),
+                allow_redirects=True,
+            )
+        except errors as exc:
+            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
+        try:
+            start = _start(resp.status_code, offset)
+            if start is None:
+                raise _status_error(self.source, resp.status_code, what, self.TOKEN_ENV)
+            yield Stream(start, _guard(resp.raw.stream(CHUNK, decode_content=False), errors))
+        finally:
+            resp.close()
+
+
+class HuggingFace(_Hub):
+    """``hf://org/name[@revision]``."""
+
+    TOKEN_ENV = "HF_TOKEN"
+
+    def __init__(self, source: Source, read_timeout: float, connect_timeout: float) -> None:
+        super().__init__(source, read_timeout, connect_timeout)
+        self.endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
     def resolve(self) -> Listing:
         # lazy: an extra's (pyproject.toml); the base install goes without
@@ -131,22 +171,15 @@ class HuggingFace:
         url = hf_hub_url(
             self.source.repo, f.path, revision=listing.revision, endpoint=self.endpoint
         )
-        with _stream(self, url, dict(build_hf_headers(token=self.token)), f.path, offset) as s:
+        with self.stream(url, dict(build_hf_headers(token=self.token)), f.path, offset) as s:
             yield s
 
 
-class ModelScope:
+class ModelScope(_Hub):
     """``modelscope://org/name[@revision]``."""
 
     TOKEN_ENV = "MODELSCOPE_API_TOKEN"
-
-    def __init__(self, source: Source, read_timeout: float, connect_timeout: float) -> None:
-        self.source = source
-        self.read_timeout = read_timeout
-        self.connect_timeout = connect_timeout
-        self.token = os.environ.get(self.TOKEN_ENV) or None
-        self._api: Any = None
-        self._session: Any = None
+    _api: Any = None
 
     @property
     def api(self) -> Any:
@@ -232,51 +265,11 @@ class ModelScope:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
             headers["Cookie"] = f"m_session_id={self.token}"
-        with _stream(self, url, headers, f.path, offset) as s:
+        with self.stream(url, headers, f.path, offset) as s:
             yield s
 
 
-@contextmanager
-def _stream(
-    hub: HuggingFace | ModelScope, url: str, headers: dict[str, str], what: str, offset: int
-) -> Iterator[Stream]:
-    """The file's bytes from ``offset``, 1 MiB at a time, through one requests session per hub.
-
-    requests/urllib3 rather than httpx for the bytes: on this machine it moves a large file with
-    a third of the CPU (make perf-fetch); both honour HTTPS_PROXY, NO_PROXY and the CA bundle, and
-    requests drops the Authorization header when a mirror redirects to another host.
-    """
-    # lazy: an extra's (pyproject.toml); the base install goes without
-    import requests
-    from urllib3.exceptions import HTTPError
-
-    if hub._session is None:
-        hub._session = requests.Session()
-    headers = {**headers, "Accept-Encoding": "identity"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    errors = (requests.RequestException, HTTPError, OSError)
-    try:
-        resp = hub._session.get(
-            url,
-            headers=headers,
-            stream=True,
-            timeout=(hub.connect_timeout, hub.read_timeout),
-            allow_redirects=True,
-        )
-    except errors as exc:
-        raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
-    try:
-        start = _start(resp.status_code, offset)
-        if start is None:
-            raise _status_error(hub.source, resp.status_code, what, hub.TOKEN_ENV)
-        yield Stream(start, _guard(resp.raw.stream(CHUNK, decode_content=False), errors))
-    finally:
-        resp.close()
-
-
 def _start(status: int, offset: int) -> int | None:
-    """Where a response's bytes begin, or None for an error status."""
     if status == 206:
         return offset
     if status == 200:
@@ -289,7 +282,6 @@ def _start(status: int, offset: int) -> int | None:
 def _guard(
     chunks: Iterator[bytes], errors: type[BaseException] | tuple[type[BaseException], ...]
 ) -> Iterator[bytes]:
-    """Turn a client's mid-stream read error into a TransientError (the transfer resumes)."""
     try:
         yield from chunks
     except errors as exc:

@@ -1,19 +1,13 @@
 """What a fetch leaves on disk, and the checks a reader runs before trusting it.
 
-Why this exists: the staging Job writes, the engine pods read, on a shared claim; a reader must
-never take a half-written or half-replaced checkpoint for a complete one. The layout::
+The staging Job writes and the engine pods read on a shared claim, so a reader must never take a
+half-written checkpoint for a complete one::
 
-    DEST -> .NAME.fetch/revs/REV            a relative link, swapped atomically when REV is complete
-    .NAME.fetch/lock                        the writer's lease (lease.py)
-    .NAME.fetch/progress.json               the running fetch's bytes, rate and ETA
-    .NAME.fetch/revs/REV/...                the checkpoint's files at revision REV
-    .NAME.fetch/revs/REV/.qwen-npu/partial/ files being downloaded (resumed from here)
-    .NAME.fetch/revs/REV/.qwen-npu/verified.jsonl   files verified so far (never fetched again)
-    .NAME.fetch/revs/REV/.qwen-npu/manifest.json    file, size, sha256, source, revision
-    .NAME.fetch/revs/REV/.qwen-npu/complete         written last: the manifest's own sha256
+    DEST -> .NAME.fetch/revs/REV            a relative link, swapped when REV is complete
+    .NAME.fetch/lock, progress.json         the writer's lease (lease.py), its bytes/rate/ETA
+    .NAME.fetch/revs/REV/.qwen-npu/         partial/ (resumed), verified.jsonl (never fetched
+                                            again), manifest.json, complete (written last)
 
-A new revision fills its own directory while the pods keep reading the old one through DEST; the
-link moves only after every file verified, and the previous revision stays until the next one.
 Standard library only: the engine image's init container (``qwen-npu fetch wait``) reads it.
 """
 
@@ -35,26 +29,15 @@ SCHEMA_VERSION = 1
 META = ".qwen-npu"
 MANIFEST = "manifest.json"
 COMPLETE = "complete"
-HASH_BLOCK = 8 << 20
 
 
 def _slug(revision: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", revision)[:96]
 
 
-def sha256_file(path: Path, limit: int | None = None) -> str:
-    """sha256 of a file (or of its first ``limit`` bytes), read in 8 MiB blocks."""
-    h = hashlib.sha256()
-    left = limit
+def sha256_file(path: Path) -> str:
     with path.open("rb", buffering=0) as f:
-        while left is None or left > 0:
-            block = f.read(HASH_BLOCK if left is None else min(HASH_BLOCK, left))
-            if not block:
-                break
-            h.update(block)
-            if left is not None:
-                left -= len(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

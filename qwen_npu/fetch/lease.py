@@ -1,11 +1,8 @@
-"""One writer per DEST: a lock file with a lease, renewed while the fetch runs.
+"""One writer per DEST: an ``O_EXCL`` lock file with a lease, renewed while the fetch runs.
 
-Why this exists: two pods or a Job and an engineer may fetch the same model into the same claim at
-once; they must never write the same files. A lock file made with ``O_EXCL`` works on local disks
-and on NFS-style RWX claims (where ``flock`` may not cross nodes), and its lease (an expiry time
-the holder renews) frees it when the holder dies without cleaning up (a node lost, a SIGKILL).
-The second fetch waits, logging who holds the lock, then finds the checkpoint complete and reuses
-it. Standard library only.
+``O_EXCL`` works on NFS-style RWX claims where ``flock`` may not cross nodes; the lease frees the
+lock when its holder dies uncleanly. A second fetch waits, then reuses the complete checkpoint.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -37,9 +34,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def live_holder(path: Path, clock: Callable[[], float] = time.time) -> dict[str, Any] | None:
-    """The lock's holder while its lease is live (the fetch renews it every lease/3), else None:
-    a fetch that stopped (Ctrl-C releases the lock; a killed one's lease runs out) holds nothing,
-    whatever its last progress file says."""
+    """The lock's holder while its lease is live, else None (whatever its progress file says)."""
     holder = _read(path)
     if holder is None:
         return None

@@ -1,16 +1,11 @@
 """S3 and Huawei OBS buckets through boto3 (OBS speaks the S3 API).
 
-Why this exists: sites keep ModelSlim checkpoints in OBS or S3 next to the pool. An object store
-has no commit id: the revision is a digest of every object's key, size and ETag (and VersionId on a
-versioned bucket), and each read asks for that exact object (``IfMatch`` / ``VersionId``), so a
-prefix rewritten during a fetch fails the read instead of mixing two checkpoints. What the store
-publishes to verify a file is the ETag: the MD5 of a single-part upload, or the MD5 of the parts'
-MD5s for a multipart one (the part size is read from part 1's headers).
-
-Settings: ``s3://`` reads the standard AWS variables (``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``, ``AWS_CA_BUNDLE``,
-``HTTPS_PROXY``); ``obs://`` reads ``OBS_ACCESS_KEY_ID``, ``OBS_SECRET_ACCESS_KEY`` and
-``OBS_ENDPOINT`` (e.g. ``https://obs.cn-southwest-2.myhuaweicloud.com``), ``OBS_REGION``.
+An object store has no commit id: the revision is a digest of every object's key, size and ETag
+(and VersionId), and each read asks for that exact object (``IfMatch`` / ``VersionId``), so a
+prefix rewritten mid-fetch fails instead of mixing two checkpoints. The ETag is what verifies a
+file: an MD5, or the MD5 of the parts' MD5s (part size from part 1's headers). ``s3://`` reads the
+standard AWS variables; ``obs://`` reads ``OBS_ACCESS_KEY_ID``, ``OBS_SECRET_ACCESS_KEY``,
+``OBS_ENDPOINT`` and ``OBS_REGION``.
 """
 
 from __future__ import annotations

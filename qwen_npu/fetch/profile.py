@@ -1,17 +1,9 @@
-"""What fetch's closing preflight judges: the engine settings a chart profile deploys.
+"""What fetch's closing preflight judges: the engine a chart profile deploys (issue 40).
 
-Why this exists: a fetch ends with preflight's verdict on the checkpoint, and a verdict is only
-true for a command line. Qwen3.5/3.6 configs say ``mamba_ssm_dtype: float32``, which the 910B/A3
-GDN ops refuse; the chart passes ``--mamba-ssm-dtype bfloat16``, so judging the bare checkpoint
-failed every verified download (issue 40). With ``--profile`` the verdict is for what the chart
-renders from that profile; without one, for what the chart renders by default.
-
-The package does not render the chart (Helm's SDK is a tool of the checkout). It reads the values
-the chart renders the engine's command line from, coalesced the way ``helm -f PROFILE`` does (the
-chart's values.yaml, found above the profile, under the profile), by the value keys the chart's
-``qwen-npu.engineOwnedFlags`` / ``preflightOwnedFlags`` name. That reading is a copy of the
-template's, so tests/fetch/test_profile.py holds it equal, for every profile of the chart, to
-preflight's own reading of the preflight init container's rendered arguments.
+The checkpoints say ``mamba_ssm_dtype: float32`` and the chart passes ``bfloat16``, so judging the
+bare checkpoint failed every download. The package cannot render the chart: this reads the values
+the template reads, coalesced as ``helm -f PROFILE`` does, and tests/fetch/test_profile.py holds
+it equal, for every profile, to preflight's reading of the rendered init container.
 """
 
 from __future__ import annotations
@@ -82,8 +74,7 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 
 def chart_values(profile: Path) -> dict[str, Any]:
-    """The chart's values.yaml (the nearest folder above ``profile`` with a Chart.yaml) under
-    ``profile``'s values; the profile alone when it is not inside a chart."""
+    """``profile`` over its chart's values.yaml (the nearest folder above with a Chart.yaml)."""
     values = _load(profile)
     for folder in profile.absolute().parents:
         if (folder / "Chart.yaml").is_file() and (folder / "values.yaml").is_file():

@@ -1,10 +1,8 @@
 """The whole fetch: lock, resolve, check space, transfer, manifest, marker, link, prune.
 
-Why this exists: the order is the contract. The lock comes first (one writer per DEST), the
-revision is resolved to an immutable id before anything is written, the space check runs before
-the first byte, the manifest and the completion marker are written only after every file
-verified, and DEST moves to the new revision only after its marker exists. A complete, verified
-revision is reused: the second run downloads nothing.
+The order is the contract: the lock first, the revision resolved to an immutable id before any
+write, space checked before the first byte, the marker only after every file verified, DEST moved
+only after the marker. A complete revision is reused: the second run downloads nothing.
 """
 
 from __future__ import annotations

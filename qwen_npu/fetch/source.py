@@ -112,10 +112,8 @@ def _secret_keys(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def load_credentials(environ: dict[str, str] | None = None) -> None:
-    """Set each ``VAR=key`` of QWEN_NPU_FETCH_SECRET_KEYS from the mounted Secret's file ``key``.
-
-    A key missing from the Secret leaves its variable unset, so the client's refusal names it.
-    """
+    """Set each ``VAR=key`` of QWEN_NPU_FETCH_SECRET_KEYS from the mounted Secret's file ``key``
+    (a missing key leaves its variable unset, so the client's refusal names it)."""
     env = os.environ if environ is None else environ
     directory = env.get(ENV_CREDENTIALS_DIR, "")
     if not directory:

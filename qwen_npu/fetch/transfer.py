@@ -1,12 +1,9 @@
-"""One file from a source to DEST: bounded memory, a timeout per read, retries with backoff,
-resume, verification against what the source publishes.
+"""One file from a source to DEST: bounded memory, a timeout per read, retries with backoff, resume,
+verification against what the source publishes.
 
-Why this exists: the downloaders people use for 35-400 GB checkpoints run out of memory, hang on a
-stalled read, start a cut file over, or keep a corrupt byte. Here a file streams in 1 MiB chunks
-into ``.qwen-npu/partial/<file>``; a cut connection resumes from the bytes on disk (re-hashed, not
-re-downloaded); a file that does not match the source's sum is deleted and fetched again; only a
-verified file is renamed into place and journalled, so nothing verified is ever fetched twice and
-nothing unverified is ever marked complete. ``Progress`` logs bytes, rate and ETA.
+A file streams in 1 MiB chunks into ``partial/``; a cut resumes from the bytes on disk (re-hashed,
+not re-downloaded); a mismatch is deleted and fetched again; only a verified file is moved into
+place and journalled.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from qwen_npu.cli_parser import EXIT_NO_SPACE
-from qwen_npu.fetch.layout import HASH_BLOCK, Revision, Store
+from qwen_npu.fetch.layout import Revision, Store
 from qwen_npu.fetch.source import (
     GIT_SHA1,
     MD5,
@@ -39,6 +36,7 @@ from qwen_npu.log import PartLog
 log = PartLog("fetch")
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+HASH_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -60,20 +58,19 @@ class Hasher:
     def __init__(self, f: RemoteFile) -> None:
         self.f = f
         self.sha256 = hashlib.sha256()
-        self.md5 = hashlib.md5(usedforsecurity=False) if f.check == MD5 else None
-        self.git = None
-        if f.check == GIT_SHA1:
-            self.git = hashlib.sha1(b"blob %d\0" % f.size, usedforsecurity=False)
+        self.extra: Any = None  # what the source publishes besides sha256
+        if f.check == MD5:
+            self.extra = hashlib.md5(usedforsecurity=False)
+        elif f.check == GIT_SHA1:
+            self.extra = hashlib.sha1(b"blob %d\0" % f.size, usedforsecurity=False)
         self.parts: list[bytes] = []
         self.part = hashlib.md5(usedforsecurity=False)
         self.part_left = f.part_size
 
     def update(self, data: bytes) -> None:
         self.sha256.update(data)
-        if self.md5 is not None:
-            self.md5.update(data)
-        if self.git is not None:
-            self.git.update(data)
+        if self.extra is not None:
+            self.extra.update(data)
         if self.f.check == MULTIPART:
             view = memoryview(data)
             while view:
@@ -100,10 +97,8 @@ class Hasher:
         f = self.f
         if f.check == SHA256:
             return self.sha256.hexdigest() == f.expected
-        if self.md5 is not None:
-            return self.md5.hexdigest() == f.expected
-        if self.git is not None:
-            return self.git.hexdigest() == f.expected
+        if self.extra is not None:
+            return bool(self.extra.hexdigest() == f.expected)
         if f.check == MULTIPART:
             parts = list(self.parts)
             if self.part_left != f.part_size:
@@ -221,6 +216,13 @@ def fetch_file(
                         os.fsync(out.fileno())
         except TransientError as exc:
             last = str(exc)
+        except OSError as exc:
+            if exc.errno in NO_SPACE:
+                raise _no_space(part, exc) from None
+            raise FetchError(f"{part}: cannot write: {exc}; check DEST's permissions") from None
+        else:
+            last = f"the source ended the file at {have} of {f.size} bytes"
+        if have < f.size:
             pause = retry.pause(attempt)
             log(
                 "warning",
@@ -234,23 +236,6 @@ def fetch_file(
                 next="resuming from the bytes on disk" if have else "trying again",
             )
             time.sleep(pause)
-            continue
-        except OSError as exc:
-            if exc.errno in NO_SPACE:
-                raise _no_space(part, exc) from None
-            raise FetchError(f"{part}: cannot write: {exc}; check DEST's permissions") from None
-        if have < f.size:
-            last = f"the source ended the file at {have} of {f.size} bytes"
-            log(
-                "warning",
-                "retry",
-                file=f.path,
-                attempt=attempt,
-                of=retry.attempts,
-                error=last,
-                next="resuming from the bytes on disk",
-            )
-            time.sleep(retry.pause(attempt))
             continue
         if not hasher.matches():
             last = f"{f.check} does not match the source's {f.expected}"

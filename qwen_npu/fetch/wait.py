@@ -1,11 +1,8 @@
 """``qwen-npu fetch wait DEST --source SOURCE``: the engine pod's init container.
 
-Why this exists: the staging Job and the engine pods start together; the engine must not load a
-checkpoint that is still arriving, nor one of another revision. The wait returns when DEST points
-to a revision whose completion marker names the same SOURCE and requested revision, and whose files
-are all there with the manifest's sizes and (by default) sha256 sums. Meanwhile it logs the fetch's
-progress (bytes, rate, ETA from progress.json) once a minute. Standard library only: it runs in the
-engine image.
+The engine must not load a checkpoint still arriving, nor another revision: this returns when DEST
+holds a complete fetch of the same SOURCE and revision whose files match the manifest, logging the
+fetch's progress meanwhile. Standard library only: it runs in the engine image.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """The HTTP app: the kubelet's three probes, ``/status`` and ``/metrics``, over one monitor.
 
-Why this exists: ``create_app(settings)`` is what the CLI serves and what tests build (with a fake
-engine transport when they need one). Every endpoint answers from the monitor's trackers in well
-under a millisecond of work and never waits for the engine:
-
-- ``/startupz``, ``/readyz``, ``/livez``: 200 when the check passes, 503 when it fails, with a small
-  JSON body that says why (semantics in ``health`` and docs/sidecar.md);
-- ``/status``: everything the sidecar knows as one JSON document (NaN as null), for the on-call
-  engineer during an incident, without PromQL;
-- ``/metrics``: prometheus_client's own ASGI app (exposition format, content negotiation, gzip)
-  over a private registry whose one collector reads the trackers at scrape time.
-
-The monitor's loops run inside the app's ``lifespan``, so they start with the server and stop with
-it, and importing this module starts nothing and writes nothing.
+Every endpoint answers from the monitor's trackers and never waits for the engine; the monitor's
+loops run inside the app's ``lifespan``, so importing this module starts nothing.
 """
 
 from __future__ import annotations
@@ -75,11 +64,7 @@ async def livez(monitor: MonitorDep) -> JSONResponse:
 
 @router.get("/status", tags=["status"])
 async def status(monitor: MonitorDep) -> dict[str, Any]:
-    return status_document(monitor)
-
-
-def status_document(monitor: Monitor) -> dict[str, Any]:
-    """The /status JSON of ``monitor`` at its clock's now."""
+    """Everything the sidecar knows, for the on-call engineer without PromQL (NaN as null)."""
     now = monitor.clock()
     h, info, canary, settings = monitor.health, monitor.info, monitor.canary, monitor.settings
     state = info.state
@@ -188,7 +173,6 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.settings = settings
     app.state.monitor = monitor
     app.include_router(router)
     metrics = _AsgiEndpoint(make_asgi_app(registry=registry_for(monitor)))
@@ -197,9 +181,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
 
 class _AsgiEndpoint:
-    """An ASGI app as a Route endpoint (Starlette calls an instance with the raw ASGI arguments,
-    a function it would wrap as a request handler), so /metrics is served exactly, without
-    Mount's redirect to /metrics/."""
+    """An ASGI app as a Route endpoint (Starlette wraps a function as a request handler, not an
+    instance), so /metrics is served without Mount's redirect to /metrics/."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -1,24 +1,8 @@
 """The output-quality canary: one greedy request every N seconds, scored for garbled output.
 
-Why this exists: the upstream pull request lists garbled speculative output on Qwen3.6-35B-A3B
-NEXTN as a known limitation (a kernel that corrupted the SSM state). Garbled output does not fail a
-health check: the engine answers 200 with text that loops or drifts. One fixed greedy request every
-N seconds, scored here, makes it a metric.
-
-Scoring works on word-level tokens (words, single CJK characters, punctuation marks) so it needs
-no tokenizer in the sidecar image:
-
-- degeneration score: the share of repeated 3-grams, 1 - distinct / total (0 for varied text,
-  close to 1 when the output is one phrase over and over);
-- longest repeat: the longest stretch of tokens that is a unit of 1..16 tokens repeated at least
-  twice back to back (``"a b a b a b"`` -> 6);
-- golden prefix ratio: characters of the output that match the golden output from the start,
-  divided by the golden length (1.0 = identical start to end of the golden text).
-
-The scoring functions are pure; ``CanaryRunner`` is the step around them: skip while the engine is
-not ready or a run is still in flight, send the fixed prompt, count the result
-(``qwen_npu_canary_runs_total{result}``), log a bad result once a minute, keep the last score for
-the gauges and the last run for ``/status``.
+Garbled output (the upstream PR's known limitation on Qwen3.6 NEXTN: a kernel that corrupted the
+SSM state) fails no health check: the engine answers 200 with text that loops or drifts. The
+scoring (docs/sidecar.md "Canary") works on word-level tokens, so the image needs no tokenizer.
 """
 
 from __future__ import annotations
@@ -32,9 +16,8 @@ from typing import Any
 
 from qwen_npu.log import PartLog, RateLimiter
 from qwen_npu.metrics.catalogue import CANARY_RESULTS
-from qwen_npu.metrics.histograms import histogram
 from qwen_npu.sidecar.engine_client import EngineError
-from qwen_npu.sidecar.health import EngineStep, EngineView
+from qwen_npu.sidecar.health import EngineStep, histogram
 
 log = PartLog("sidecar")
 
@@ -121,8 +104,8 @@ def score(output: str, golden: str | None = None) -> CanaryScore:
 class CanaryRunner(EngineStep):
     """``await runner()`` runs one canary when the engine is ready and none is in flight."""
 
-    def __init__(self, view: EngineView, *, wall: Callable[[], float]) -> None:
-        super().__init__(view)
+    def __init__(self, *view: Any, wall: Callable[[], float]) -> None:
+        super().__init__(*view)
         self.wall = wall
         self.golden = self.settings.golden_text()
         self.runs: dict[str, int] = dict.fromkeys(CANARY_RESULTS, 0)

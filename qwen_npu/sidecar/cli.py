@@ -1,14 +1,8 @@
-"""``qwen-npu sidecar``: parse the flags, validate the settings, serve the app with uvicorn.
-
-Why this exists: flags and ``QWEN_NPU_*`` variables meet here (flags win; both come from the
-``Settings`` fields, config.py); a bad value ends the start with one line naming the variable, the
-flag and the fix (exit 2), never a traceback.
-"""
+"""``qwen-npu sidecar``: parse the flags, validate the settings, serve the app with uvicorn."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 from qwen_npu.cli_parser import fail
 from qwen_npu.log import PartLog
@@ -23,6 +17,7 @@ DESCRIPTION = (
 )
 
 PROG = "qwen-npu sidecar"
+FLAG_PORT = "--port / QWEN_NPU_SIDECAR_PORT"
 
 
 def main(argv: list[str]) -> int:
@@ -51,14 +46,12 @@ def serve(settings: Settings) -> int:
     # lazy: the server's stack loads only when it serves
     from qwen_npu.sidecar.app import create_app
 
-    busy = cannot_listen(settings.sidecar_host, settings.sidecar_port)
-    if busy:
-        print(
-            f"{PROG}: error: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
-            f"({busy}); pick a free port with --port / QWEN_NPU_SIDECAR_PORT",
-            file=sys.stderr,
-        )
-        return 2
+    def busy(why: str | None) -> int:
+        where = f"{settings.sidecar_host}:{settings.sidecar_port} ({why})"
+        return fail(PROG, f"cannot listen on {where}; pick a free port with {FLAG_PORT}")
+
+    if (why := cannot_listen(settings.sidecar_host, settings.sidecar_port)) is not None:
+        return busy(why)
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: half the page, nothing anyone queries
     PartLog("sidecar").setup(settings.log_level, also=("uvicorn", "uvicorn.error"))
     try:
@@ -72,10 +65,5 @@ def serve(settings: Settings) -> int:
             timeout_graceful_shutdown=5,
         )
     except OSError as exc:
-        print(
-            f"{PROG}: error: cannot listen on {settings.sidecar_host}:{settings.sidecar_port} "
-            f"({exc.strerror}); pick a free port with --port / QWEN_NPU_SIDECAR_PORT",
-            file=sys.stderr,
-        )
-        return 2
+        return busy(exc.strerror)
     return 0

@@ -1,12 +1,8 @@
-"""``/metrics``' content: one prometheus_client collector that reads the trackers at scrape time.
+"""``/metrics``' content: one collector that reads the trackers at scrape time.
 
-Why this exists: the numbers live in the trackers that produce them (the health state machine,
-the error counts, the info reader's last state file and ``/server_info``, the canary runner) and
-nowhere else. Each scrape asks them for their current values and builds the metric families that
-``CATALOGUE`` declares (names, help, labels), so an exported number is never a stale copy: a
-counter is the tracker's own count, startup elapsed and uptime are computed at the scrape. Only the
-two latency histograms are prometheus_client objects, because an observation has nowhere else to
-go; they are not registered and are exported through this collector too.
+The numbers live in the trackers that produce them; each scrape builds the families ``CATALOGUE``
+declares from their current values, so an exported number is never a stale copy. Only the two
+latency histograms are prometheus_client objects (an observation has nowhere else to go).
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ from qwen_npu.sidecar.ub import UbStats
 
 
 class Readings(Protocol):
-    """What the collector reads at scrape time; the sidecar's ``Monitor`` is one. Typed here so
-    the collector imports the trackers it reads, never the monitor that owns them."""
+    """What the collector reads; the ``Monitor`` is one (the collector never imports it)."""
 
     settings: Settings
     clock: Callable[[], float]

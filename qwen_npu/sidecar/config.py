@@ -1,18 +1,13 @@
 """The sidecar's settings: one ``Settings(BaseSettings)`` class, its flags and its singleton.
 
-Why this exists: every knob is declared, typed, defaulted and validated once, here, and
-pydantic-settings derives both ways to set it from the field: the environment variable
-``QWEN_NPU_<FIELD>`` and, unless the field is ``EnvOnly``, the flag ``--<field-with-dashes>``
-(plus the short forms in ``SHORTCUTS``; ``cli_parser`` builds the parser, ``FLAGS`` names each
-field's flag for messages and docs). A bad value stops the sidecar at
-start with one line that names the variable, the flag and the fix, instead of failing later inside
-the poller. Precedence: command-line flags > environment > defaults.
+Each knob is declared, typed and validated once; pydantic-settings derives its variable
+``QWEN_NPU_<FIELD>`` and, unless ``EnvOnly``, its flag ``--<field-with-dashes>`` (or the short
+form in ``SHORTCUTS``). A bad value stops the start with one line naming both and the fix.
 """
 
 from __future__ import annotations
 
 import argparse
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -60,7 +55,7 @@ class Settings(BaseSettings):
         cli_avoid_json=True,
     )
 
-    # Where things are.
+    # Where things are (each also a flag; the description is its --help).
     engine_url: str = Field(
         LOCAL_ENGINE_URL, description="Base URL of the SGLang engine (same pod)."
     )
@@ -75,64 +70,26 @@ class Settings(BaseSettings):
         None, description="Checkpoint folder (or config.json) for the predicted UB plan."
     )
     tp_size: int = Field(1, ge=1, description="Tensor parallel size (heads per rank = heads / tp).")
-    mamba_ssm_dtype: EnvOnly[Literal["float32", "bfloat16", "float16"] | None] = Field(
-        None, description="The engine's --mamba-ssm-dtype, when it passes one."
-    )
-    # A secret on the command line would show in ps and in the pod spec.
-    engine_api_key: EnvOnly[SecretStr | None] = Field(
-        None, description="Bearer token for the engine."
-    )
-    engine_api_key_file: EnvOnly[Path | None] = Field(
-        None, description="File holding the bearer token."
-    )
-
-    # Probe semantics.
-    startup_budget_s: EnvOnly[float] = Field(
-        1800.0, gt=0, description="Seconds an engine start may take before it counts as stuck."
-    )
-    liveness_failures: EnvOnly[int] = Field(
-        3, ge=1, description="Consecutive stuck or dead health probes that fail /livez."
-    )
-    poll_interval_s: EnvOnly[float] = Field(5.0, gt=0, description="Seconds between health probes.")
-    health_timeout_s: EnvOnly[float] = Field(
-        10.0, gt=0, description="Timeout of one /health_generate probe (keep under SGLang's 20 s)."
-    )
-    info_interval_s: EnvOnly[float] = Field(
-        15.0, gt=0, description="Seconds between reads of /server_info, /metrics and state.json."
-    )
-    request_timeout_s: EnvOnly[float] = Field(
-        5.0, gt=0, description="Timeout of one /server_info or /metrics read."
-    )
-    max_response_bytes: EnvOnly[int] = Field(
-        8 * 1024 * 1024, ge=1024, description="Largest engine response read; more is an error."
-    )
-
-    # Output-quality canary.
-    canary_interval_s: EnvOnly[float] = Field(
-        60.0, ge=0, description="Seconds between canaries; 0 = off."
-    )
-    canary_timeout_s: EnvOnly[float] = Field(
-        60.0, gt=0, description="Timeout of one canary request."
-    )
-    canary_prompt: EnvOnly[str] = Field(
-        DEFAULT_CANARY_PROMPT, min_length=1, description="Canary prompt."
-    )
-    canary_max_tokens: EnvOnly[int] = Field(
-        64, ge=8, le=4096, description="Tokens the canary generates."
-    )
-    canary_golden_file: EnvOnly[Path | None] = Field(
-        None, description="Expected greedy output of the canary prompt (UTF-8 text)."
-    )
-    canary_degeneration_max: EnvOnly[float] = Field(
-        0.5, ge=0, le=1, description="Score above which a canary run counts as degenerated."
-    )
-    canary_golden_min_ratio: EnvOnly[float] = Field(
-        0.5, ge=0, le=1, description="Golden prefix ratio below which a run counts as mismatch."
-    )
-
-    log_level: EnvOnly[Literal["debug", "info", "warning", "error"]] = Field(
-        "info", description="Threshold of the JSON log lines on stderr."
-    )
+    # Environment only (docs/sidecar.md tables their meaning); a secret on the command line would
+    # show in ps and in the pod spec.
+    mamba_ssm_dtype: EnvOnly[Literal["float32", "bfloat16", "float16"] | None] = None
+    engine_api_key: EnvOnly[SecretStr | None] = None
+    engine_api_key_file: EnvOnly[Path | None] = None
+    startup_budget_s: EnvOnly[float] = Field(1800.0, gt=0)
+    liveness_failures: EnvOnly[int] = Field(3, ge=1)
+    poll_interval_s: EnvOnly[float] = Field(5.0, gt=0)
+    health_timeout_s: EnvOnly[float] = Field(10.0, gt=0)  # keep under SGLang's 20 s
+    info_interval_s: EnvOnly[float] = Field(15.0, gt=0)
+    request_timeout_s: EnvOnly[float] = Field(5.0, gt=0)
+    max_response_bytes: EnvOnly[int] = Field(8 * 1024 * 1024, ge=1024)
+    canary_interval_s: EnvOnly[float] = Field(60.0, ge=0)  # 0: off
+    canary_timeout_s: EnvOnly[float] = Field(60.0, gt=0)
+    canary_prompt: EnvOnly[str] = Field(DEFAULT_CANARY_PROMPT, min_length=1)
+    canary_max_tokens: EnvOnly[int] = Field(64, ge=8, le=4096)
+    canary_golden_file: EnvOnly[Path | None] = None
+    canary_degeneration_max: EnvOnly[float] = Field(0.5, ge=0, le=1)
+    canary_golden_min_ratio: EnvOnly[float] = Field(0.5, ge=0, le=1)
+    log_level: EnvOnly[Literal["debug", "info", "warning", "error"]] = "info"
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -180,25 +137,21 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
-def _flag(field: str) -> str:
-    return "--" + SHORTCUTS.get(field, field.replace("_", "-"))
-
-
 #: Field -> the flag messages and docs name (the short form where there is one), for the fields
-#: that have a flag.
+#: that have a flag (EnvOnly's CliSuppress marks the others).
 FLAGS: dict[str, str] = {
-    name: _flag(name)
+    name: "--" + SHORTCUTS.get(name, name.replace("_", "-"))
     for name, info in Settings.model_fields.items()
-    if argparse.SUPPRESS not in info.metadata  # what EnvOnly (CliSuppress) marks
+    if argparse.SUPPRESS not in info.metadata
 }
 
 
-def cli_parser(description: str) -> tuple[OneLineParser, CliSettingsSource[Settings]]:
-    """The ``qwen-npu sidecar`` parser with one flag per field, and the source that reads it.
+def _where(field: str) -> str:
+    return env_name(field) + (f" / {FLAGS[field]}" if field in FLAGS else "")
 
-    Add the verb's own flags to the parser, parse, then ``load_settings(cli=source(parsed_args=
-    namespace))``.
-    """
+
+def cli_parser(description: str) -> tuple[OneLineParser, CliSettingsSource[Settings]]:
+    """The ``qwen-npu sidecar`` parser with one flag per field, and the source that reads it."""
     parser = OneLineParser(prog="qwen-npu sidecar", description=description)
     source: CliSettingsSource[Settings] = CliSettingsSource(Settings, root_parser=parser)
     for action in parser._actions:  # the numbers range-checked by the parser, from the fields
@@ -214,22 +167,19 @@ def describe_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     loc = [str(part) for part in first.get("loc", ()) if part != "__root__"]
     field = loc[0] if loc else ""
-    if field in Settings.model_fields:
-        where = env_name(field)
-        if field in FLAGS:
-            where += f" / {FLAGS[field]}"
-        value = first.get("input")
-        shown = f" = {value!r}" if isinstance(value, str | int | float) else ""
-        msg = str(first["msg"]).removeprefix("Value error, ")
-        return f"setting {where}{shown}: {msg}; fix the value or unset it"
-    return f"settings: {first['msg'].removeprefix('Value error, ')}"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    if field not in Settings.model_fields:
+        return f"settings: {msg}"
+    value = first.get("input")
+    shown = f" = {value!r}" if isinstance(value, str | int | float) else ""
+    return f"setting {_where(field)}{shown}: {msg}; fix the value or unset it"
 
 
 def load_settings(*, cli: CliSettingsSource[Settings] | None = None, **overrides: Any) -> Settings:
     """Settings from the environment, with the parsed flags (``cli``) or ``overrides`` on top.
 
-    Raises SettingsError (one line) for a bad value. Files named by the settings are checked here
-    too, so a missing golden or key file is a start error and not a poller error later.
+    The files the settings name are read here too: a missing one is a start error (SettingsError,
+    one line), not a poller error later.
     """
     try:
         settings = Settings(
@@ -240,28 +190,18 @@ def load_settings(*, cli: CliSettingsSource[Settings] | None = None, **overrides
         raise SettingsError(describe_error(exc)) from None
     for field in ("engine_api_key_file", "canary_golden_file"):
         path = getattr(settings, field)
-        if path is None:
-            continue
         try:
-            path.read_text(encoding="utf-8")
+            if path is not None:
+                path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise SettingsError(
                 f"setting {env_name(field)} = {str(path)!r}: cannot read the file ({reason}); "
                 "mount it or unset the variable"
             ) from None
-    if settings.model_dir is not None:  # read now, as the golden file is: a start error
+    if settings.model_dir is not None:
         try:
             read_model_config(settings.model_dir, environ={})
         except ModelConfigError as exc:
-            where = env_name("model_dir") + (
-                f" / {FLAGS['model_dir']}" if "model_dir" in FLAGS else ""
-            )
-            raise SettingsError(f"setting {where}: {exc}") from None
+            raise SettingsError(f"setting {_where('model_dir')}: {exc}") from None
     return settings
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process-wide singleton (environment only); the CLI builds its own with the flags."""
-    return load_settings()

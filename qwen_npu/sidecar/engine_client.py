@@ -1,10 +1,8 @@
 """Bounded HTTP exchanges with the engine, and the count of the ones that failed.
 
-Why this exists: the engine can hang, drip bytes slowly, answer with a huge or malformed body, or
-be gone. Each of those must end as one ``EngineError(kind)`` within its deadline, never as an
-exception that kills a poller loop and never as unbounded memory. ``EngineErrors`` counts them
-(``qwen_npu_engine_errors_total{kind}``, the kinds are its label values) and logs each kind at
-most once a minute, the same way for the health probe, the info reads and the canary.
+An engine that hangs, drips, answers huge or garbled, or is gone must end as one
+``EngineError(kind)`` within its deadline: never an exception that kills a poller loop, never
+unbounded memory. ``EngineErrors`` counts them (``qwen_npu_engine_errors_total{kind}``).
 """
 
 from __future__ import annotations
@@ -88,20 +86,13 @@ class EngineClient:
     async def request(
         self, method: str, path: str, *, timeout: float, json_body: Any = None
     ) -> EngineResponse:
-        """One exchange, at most ``timeout`` seconds and ``max_bytes`` bytes of body.
-
-        Returns any HTTP status (the caller decides what a non-200 means); transport failures,
-        deadlines and oversize bodies raise EngineError.
-        """
+        """One exchange of at most ``timeout`` seconds and ``max_bytes`` of body, any HTTP status;
+        transport failures, deadlines and oversize bodies raise EngineError."""
         start = time.monotonic()
         try:
             async with asyncio.timeout(timeout):
                 return await self._exchange(method, path, timeout, json_body, start)
-        except TimeoutError:
-            raise EngineError(
-                "timeout", f"{method} {path}: no full answer in {timeout:g}s"
-            ) from None
-        except httpx.TimeoutException:
+        except (TimeoutError, httpx.TimeoutException):
             raise EngineError(
                 "timeout", f"{method} {path}: no full answer in {timeout:g}s"
             ) from None
@@ -136,15 +127,12 @@ class EngineClient:
 
 
 class EngineErrors:
-    """Failed exchanges by kind (what ``qwen_npu_engine_errors_total`` exports), logged sparingly.
+    """Failed exchanges by kind, each kind logged once a minute. Reachability is the health
+    probe's to count (once per lost engine start): a ``connect`` error elsewhere is not counted."""
 
-    Reachability is the health loop's to count (once per lost engine start), so a ``connect``
-    error elsewhere is not counted again.
-    """
-
-    def __init__(self, limiter: RateLimiter | None = None) -> None:
+    def __init__(self) -> None:
         self.counts: dict[str, int] = dict.fromkeys(ERROR_KINDS, 0)
-        self.limiter = limiter or RateLimiter(60.0)
+        self.limiter = RateLimiter(60.0)
 
     def count(self, exc: EngineError, where: str) -> None:
         if exc.kind == "connect" and where != HEALTH_PATH:

@@ -1,33 +1,21 @@
-"""Engine health: the health step (``GET /health_generate``) and the state machine it feeds.
-
-Why this exists: the kubelet's three probes of the engine container point at the sidecar, and each
-must mean exactly one thing (docs/sidecar.md):
-
-- startup passes once the current engine start answered ``/health_generate`` with 200; while it
-  loads (port closed, or 503 while warming up) it fails with ``starting`` and, past the budget,
-  with ``startup budget exceeded``. A refused connection after the engine had been ready ends the
-  current start (counted as a restart): the next engine start must pass startup again.
-- readiness passes when the last probe answered 200 and the engine is not draining (503 after it
-  had been ready: SGLang answers 503 while it shuts down).
-- liveness fails only on a stuck or dead engine: N consecutive probes that timed out, were
-  refused, or got SGLang's slow 503 (its own 1-token generate saw no output: scheduler stuck)
-  after the engine had been ready, or a start that overran the budget. Slow answers, HTTP errors
-  (5xx), a quick 503 and a start still within budget never fail it.
+"""Engine health: the probe of ``GET /health_generate`` and the state machine behind the kubelet's
+three probes of the engine container, each meaning one thing (docs/sidecar.md "Probes").
 
 ``HealthTracker`` is pure logic over an injected clock, so tests drive it without an engine or
-sleeps; ``HealthProbe`` is the step around it: one bounded exchange, its ``Outcome``
-(``classify``), the failures that count, the latency for
-``qwen_npu_engine_health_probe_seconds``, and a log line per transition saying what to do next.
+sleeps; ``EngineStep`` is what every step that talks to the engine (this probe, the info reads,
+the canary) is handed by the monitor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from prometheus_client import Histogram
 
 from qwen_npu.log import PartLog
-from qwen_npu.metrics.histograms import histogram
+from qwen_npu.metrics.catalogue import BY_NAME, PREFIX
 from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine_client import HEALTH_PATH, EngineClient, EngineError, EngineErrors
 
@@ -36,10 +24,9 @@ log = PartLog("sidecar")
 Outcome = Literal["ok", "unavailable", "unhealthy", "http_error", "timeout", "refused"]
 #: Outcomes that mean stuck or dead (they count towards liveness).
 HARD_FAILURES: tuple[Outcome, ...] = ("timeout", "refused", "unhealthy")
-#: SGLang answers 503 at once while starting or shutting down, but only after at least one second
-#: of waiting (its check loop sleeps 1 s per round) when its own 1-token generate got no output:
-#: a 503 that slow means a stuck scheduler, not a drain. Checked against SGLang 0.5.23's own handler
-#: (tests/sidecar/test_sglang_health.py); it holds for SGLANG_HEALTH_CHECK_TIMEOUT >= 1.
+#: SGLang answers 503 at once while starting or draining, but after >= 1 s (its check loop's
+#: sleep) when its own 1-token generate got no output: a stuck scheduler
+#: (tests/sidecar/test_sglang_health.py holds this to SGLang's handler).
 STUCK_503_MIN_S = 0.9
 
 
@@ -64,12 +51,11 @@ class Verdict:
         return self.status == "ok"
 
 
-def _passes(reason: str) -> Verdict:
-    return Verdict("ok", reason)
-
-
-def _fails(reason: str) -> Verdict:
-    return Verdict("fail", reason)
+def histogram(name: str) -> Histogram:
+    """The unregistered histogram ``qwen_npu_<name>`` of ``CATALOGUE`` (the collector exports
+    it)."""
+    spec = BY_NAME[PREFIX + name]
+    return Histogram(spec.name, spec.exposed_help, buckets=spec.buckets, registry=None)
 
 
 class HealthTracker:
@@ -86,7 +72,6 @@ class HealthTracker:
         self.last_outcome: Outcome | None = None
         self.last_status: int | None = None
         self.last_probe_at: float | None = None
-        self.last_ok_at: float | None = None
         self.consecutive_failures = 0  # any non-200
         self.consecutive_hard_failures = 0  # timeouts, refusals and stuck 503s (HARD_FAILURES)
         self.draining = False
@@ -115,7 +100,6 @@ class HealthTracker:
         if outcome == "ok":
             self.consecutive_failures = 0
             self.consecutive_hard_failures = 0
-            self.last_ok_at = now
             self.draining = False
             if not self.started:
                 self.started = True
@@ -159,21 +143,22 @@ class HealthTracker:
     # The three verdicts.
     def startup(self, now: float) -> Verdict:
         if self.started:
-            return _passes("engine answered /health_generate 200 in this start")
+            return Verdict("ok", "engine answered /health_generate 200 in this start")
         elapsed = self.startup_elapsed(now)
         if self.over_budget(now):
-            return _fails(
+            return Verdict(
+                "fail",
                 f"startup budget exceeded: not ready after {elapsed:.0f}s "
                 f"(budget {self.startup_budget_s:.0f}s)",
             )
-        return _fails(f"starting: {self._describe_last()} ({elapsed:.0f}s elapsed)")
+        return Verdict("fail", f"starting: {self._describe_last()} ({elapsed:.0f}s elapsed)")
 
     def readiness(self, now: float) -> Verdict:
         if self.draining:
-            return _fails("draining: engine answers 503 after having been ready")
+            return Verdict("fail", "draining: engine answers 503 after having been ready")
         if self.ready():
-            return _passes("engine healthy")
-        return _fails(f"not ready: {self._describe_last()}")
+            return Verdict("ok", "engine healthy")
+        return Verdict("fail", f"not ready: {self._describe_last()}")
 
     def liveness(self, now: float) -> Verdict:
         hard, limit = self.consecutive_hard_failures, self.liveness_failures
@@ -181,13 +166,14 @@ class HealthTracker:
             what = {"refused": "refused", "unhealthy": "got SGLang's stuck-scheduler 503"}.get(
                 str(self.last_outcome), "timed out"
             )
-            return _fails(f"stuck or dead: last {hard} health probes {what}")
+            return Verdict("fail", f"stuck or dead: last {hard} health probes {what}")
         if self.over_budget(now):
-            return _fails(
+            return Verdict(
+                "fail",
                 f"stuck starting: not ready after {self.startup_elapsed(now):.0f}s "
                 f"(budget {self.startup_budget_s:.0f}s)",
             )
-        return _passes("alive")
+        return Verdict("ok", "alive")
 
     def _describe_last(self) -> str:
         return {
@@ -201,15 +187,13 @@ class HealthTracker:
         }[self.last_outcome]
 
 
-#: What to do next, per health transition (the ``action`` of its log line).
+#: Level and what to do next per health transition (the others: info, none).
 ACTIONS: dict[str, tuple[str, str]] = {
-    "engine_ready": ("info", "none"),
     "engine_unreachable": ("warning", "check the engine container: kubectl logs -c engine"),
     "engine_start_ended": (
         "warning",
         "the engine process went away; kubectl describe pod for the exit reason and restarts",
     ),
-    "engine_reachable": ("info", "none"),
     "engine_draining": (
         "warning",
         "expected during rollout or shutdown; otherwise check engine log",
@@ -221,25 +205,30 @@ ACTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-class HealthProbe:
-    """``await probe()`` runs one health probe of the engine and folds it into ``health``."""
+class EngineStep:
+    """A step on its own cadence with what the monitor hands it: the settings, the engine client,
+    the health tracker it asks before it sends, the error counts and the clock."""
 
     def __init__(
         self,
-        *,
+        settings: Settings,
         engine: Callable[[], EngineClient],
-        engine_url: str,
-        timeout_s: float,
         health: HealthTracker,
         errors: EngineErrors,
         clock: Callable[[], float],
     ) -> None:
+        self.settings = settings
         self.engine = engine
-        self.engine_url = engine_url
-        self.timeout_s = timeout_s
         self.health = health
         self.errors = errors
         self.clock = clock
+
+
+class HealthProbe(EngineStep):
+    """``await probe()`` runs one health probe of the engine and folds it into ``health``."""
+
+    def __init__(self, *view: Any) -> None:
+        super().__init__(*view)
         self.latency = histogram("engine_health_probe_seconds")
 
     async def __call__(self) -> None:
@@ -252,8 +241,9 @@ class HealthProbe:
 
     async def _exchange(self) -> tuple[Outcome, int | None]:
         started_before = self.health.started
+        timeout = self.settings.health_timeout_s
         try:
-            response = await self.engine().request("GET", HEALTH_PATH, timeout=self.timeout_s)
+            response = await self.engine().request("GET", HEALTH_PATH, timeout=timeout)
         except EngineError as exc:
             if exc.kind == "connect":
                 if started_before:
@@ -274,33 +264,9 @@ class HealthProbe:
         log(
             level,
             event,
-            engine_url=self.engine_url,
+            engine_url=self.settings.engine_url,
             outcome=outcome,
             status=status,
             restarts=self.health.restarts,
             next=action,
         )
-
-
-@dataclass(frozen=True)
-class EngineView:
-    """What a step that talks to the engine on its own cadence (the info reads, the canary) is
-    handed by the monitor: the settings, the engine client, the health tracker it asks before it
-    sends, the error counts and the clock."""
-
-    settings: Settings
-    engine: Callable[[], EngineClient]
-    health: HealthTracker
-    errors: EngineErrors
-    clock: Callable[[], float]
-
-
-class EngineStep:
-    """A step's view of the engine as attributes (``self.settings``, ``self.engine()``, ...)."""
-
-    def __init__(self, view: EngineView) -> None:
-        self.settings = view.settings
-        self.engine = view.engine
-        self.health = view.health
-        self.errors = view.errors
-        self.clock = view.clock

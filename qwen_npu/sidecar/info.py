@@ -1,10 +1,8 @@
-"""The info step: the patches' state file and the engine's ``/server_info``.
+"""The info step: the patches' state file and the engine's ``/server_info``, on a slower cadence.
 
-Why this exists: what changes slowly (patch states, the GDN contract's verdicts, the engine's UB
-plan, the speculative settings) is read on its own, slower cadence, and only while the engine's port
-answers (the state file is read always: the engine's processes write it before the port opens). The
-reader keeps what it last read, as read; the accessors below interpret it when the collector or
-``/status`` asks.
+The reader keeps what it last read, as read (the state file always: the engine writes it before
+its port opens; ``/server_info`` only while the port answers); the accessors interpret it when
+the collector or ``/status`` asks.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from qwen_npu.metrics.catalogue import GDN_LINKS, GDN_VERDICTS, PATCH_NAMES, PAT
 from qwen_npu.patches.state import STATE_FILE, read_state
 from qwen_npu.sidecar import ub
 from qwen_npu.sidecar.engine_client import EngineError
-from qwen_npu.sidecar.health import EngineStep, EngineView
+from qwen_npu.sidecar.health import EngineStep
 
 log = PartLog("sidecar")
 
@@ -52,8 +50,8 @@ def _states(
 class InfoReader(EngineStep):
     """``await reader()`` reads the state file, then ``/server_info``."""
 
-    def __init__(self, view: EngineView) -> None:
-        super().__init__(view)
+    def __init__(self, *view: Any) -> None:
+        super().__init__(*view)
         self.state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
         self.info: dict[str, Any] | None = None  # the last good /server_info answer
         self._log_limiter = RateLimiter(60.0)

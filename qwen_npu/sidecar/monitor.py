@@ -1,17 +1,9 @@
 """The monitor: the trackers, the three steps that feed them, and the loops that run the steps.
 
-Why this exists: the kubelet's probes and Prometheus' scrapes must be answered in milliseconds from
-state the sidecar already holds, also while the engine hangs. The monitor builds that state (the
-health tracker, the error counts, the acceptance window, the predicted UB plan), the steps that
-update it (``health.HealthProbe``, ``info.InfoReader``, ``canary.CanaryRunner``, each bounded: one
-exchange at a time, a deadline per exchange, a byte limit per response) and owns their lifetime
-(``start``/``stop`` from the app's ``lifespan``). Readers (the collector, ``/status``, the probe
-routes) read the trackers directly.
-
-The scheduling: each loop runs its step, then sleeps ``interval_s`` once, so a step starts every
-interval plus the step's own duration (a refused probe takes no time, a timed-out one its
-timeout); docs/chart.md's probe arithmetic rests on this cadence. Time is injected (``clock``,
-``wall`` and the loops' ``sleep``), so tests count steps on a virtual clock without waiting.
+The kubelet's probes and Prometheus' scrapes are answered in milliseconds from the trackers, also
+while the engine hangs. Each loop runs its step, then sleeps ``interval_s`` once: a step starts
+every interval plus the step's own duration (docs/chart.md's probe arithmetic rests on this).
+Time is injected (``clock``, ``wall``, ``sleep``) so tests count steps on a virtual clock.
 """
 
 from __future__ import annotations
@@ -29,36 +21,26 @@ from qwen_npu.sidecar import ub
 from qwen_npu.sidecar.canary import CanaryRunner
 from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine_client import EngineClient, EngineErrors
-from qwen_npu.sidecar.health import EngineView, HealthProbe, HealthTracker
+from qwen_npu.sidecar.health import HealthProbe, HealthTracker
 from qwen_npu.sidecar.info import InfoReader
 
 log = PartLog("sidecar")
 
-#: ``asyncio.sleep`` or a test's virtual sleep.
-Sleep = Callable[[float], Awaitable[None]]
-Step = Callable[[], Awaitable[None]]
+Sleep = Callable[[float], Awaitable[None]]  # asyncio.sleep or a test's virtual sleep
 
 
 @dataclass(frozen=True)
 class Loop:
-    """One loop: its name (in logs and task names), its interval, its step."""
-
     name: str
     interval_s: float
-    step: Step
-    #: Sleep one interval before the first step (the canary: the engine is not ready at start).
-    wait_first: bool = False
+    step: Callable[[], Awaitable[None]]
+    wait_first: bool = False  # the canary: the engine is not ready at start
 
 
-async def run_loop(
-    loop: Loop, *, sleep: Sleep = asyncio.sleep, errors_log: RateLimiter | None = None
-) -> None:
-    """Run ``loop`` until cancelled: [sleep,] step, sleep, step, ...
-
-    Exactly one sleep separates two steps. An exception of the step is logged (at most once a
-    minute per loop) and the loop goes on; only cancellation ends it.
-    """
-    limiter = errors_log or RateLimiter(60.0)
+async def run_loop(loop: Loop, *, sleep: Sleep = asyncio.sleep) -> None:
+    """Run ``loop`` until cancelled: [sleep,] step, sleep, step, ...; a step's exception is logged
+    (once a minute per loop) and the loop goes on."""
+    limiter = RateLimiter(60.0)
     if loop.wait_first:
         await sleep(loop.interval_s)
     while True:
@@ -95,7 +77,6 @@ class Monitor:
         self._transport = transport
         self._sleep = sleep
         self._tasks: list[asyncio.Task[None]] = []
-        self._loop_errors = RateLimiter(60.0)
         self.client: EngineClient | None = None
 
         self.health = HealthTracker(
@@ -106,17 +87,10 @@ class Monitor:
         self.errors = EngineErrors()
         self.predicted = ub.predict(settings.model_dir, settings.tp_size, settings.mamba_ssm_dtype)
         self.ub_predicted = ub.stats_from_plan(self.predicted.plan)
-        self.probe = HealthProbe(
-            engine=self._engine,
-            engine_url=settings.engine_url,
-            timeout_s=settings.health_timeout_s,
-            health=self.health,
-            errors=self.errors,
-            clock=clock,
-        )
-        view = EngineView(settings, self._engine, self.health, self.errors, clock)
-        self.info = InfoReader(view)
-        self.canary = CanaryRunner(view, wall=wall)
+        view = (settings, self._engine, self.health, self.errors, clock)
+        self.probe = HealthProbe(*view)
+        self.info = InfoReader(*view)
+        self.canary = CanaryRunner(*view, wall=wall)
 
     def loop_plan(self) -> list[Loop]:
         """The loops ``start`` runs: health and info at once, the canary after one interval."""
@@ -144,10 +118,7 @@ class Monitor:
                 next="fix QWEN_NPU_MODEL_DIR or QWEN_NPU_TP_SIZE; predicted plan stays unknown",
             )
         self._tasks = [
-            asyncio.create_task(
-                run_loop(loop, sleep=self._sleep, errors_log=self._loop_errors),
-                name=f"sidecar-{loop.name}",
-            )
+            asyncio.create_task(run_loop(loop, sleep=self._sleep), name=f"sidecar-{loop.name}")
             for loop in self.loop_plan()
         ]
 

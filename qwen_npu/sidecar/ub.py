@@ -1,10 +1,8 @@
 """The two UB plans the sidecar shows: the one the engine used and the one config.json predicts.
 
-Why this exists: the ``mamba-scatter-ub-aware`` patch writes the plan it really used (computed from
-the live cache shape and dtype) to the state file; the sidecar computes the plan the checkpoint's
-config.json and the TP size predict, with the same rule (``qwen_npu.hardware.ub_plan.plan``). When
-the two disagree (another TP size, an SSM dtype override, a kernel that changed shape) the
-mismatch is a metric and an alert instead of a surprise.
+The scatter patch writes the plan it really used to the state file; the sidecar predicts one from
+config.json and the TP size with the same rule (``hardware.ub_plan.plan``), so a disagreement
+(another TP size, a dtype override, a changed kernel) is a metric and an alert, not a surprise.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 from qwen_npu import processes
 from qwen_npu.processes import free_port
 from qwen_npu.sidecar import cli
-from qwen_npu.sidecar.config import SettingsError, get_settings, load_settings
+from qwen_npu.sidecar.config import SettingsError, load_settings
 from qwen_npu.sim.testing import running_sim
 from tools.paths import REPO
 
@@ -28,13 +28,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     for key in list(os.environ):
         if key.startswith("QWEN_NPU_"):
             monkeypatch.delenv(key)
-    get_settings.cache_clear()
     yield monkeypatch
-    get_settings.cache_clear()
 
 
 def test_defaults_match_the_contract(clean_env: pytest.MonkeyPatch) -> None:
-    s = get_settings()
+    s = load_settings()
     assert (s.engine_url, s.sidecar_port, s.canary_interval_s) == (
         "http://127.0.0.1:30000",
         9400,
@@ -42,7 +40,6 @@ def test_defaults_match_the_contract(clean_env: pytest.MonkeyPatch) -> None:
     )
     assert (s.startup_budget_s, s.liveness_failures, s.tp_size) == (1800, 3, 1)
     assert s.state_dir is None and s.model_dir is None and s.canary_enabled
-    assert get_settings() is s  # one singleton
 
 
 def test_flags_win_over_environment(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

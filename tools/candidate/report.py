@@ -1,30 +1,19 @@
 """The candidate report: one verdict per patch, every GDN contract link, the diffs, what next.
 
-Why this exists: a maintainer deciding whether the engine can move to a new SGLang needs the
-evidence and the decision side by side. Each patch gets one verdict, derived in this order:
-
-1. ``port``: its target does not import in the candidate (the patch has nothing to wrap);
-2. ``drop``: the behaviour probe shows SGLang itself now does the right thing (fixed upstream);
-3. ``port``: the patch's own tests fail against the candidate (run with the candidate's pins, so
-   a changed fingerprint alone fails nothing), or the drift guard refuses it for a reason other
-   than its pins (an sgl-kernel-npu parameter, say);
-4. ``keep``: every pinned target is unchanged (or changed in comments, docstrings or layout
-   only: the fingerprint is the same) and the patch applies as it is;
-5. ``re-pin``: a pinned target changed, the tests pass with the new fingerprint: the change is
-   one the patch does not depend on (each change named from the diff, never beyond it).
-
-The contract links keep their own verdicts (``pass``, ``fail``, ``unknown``) beside the diff of
-the SGLang code each reads. The two links whose other side is sgl-kernel-npu's (``mover``,
-``decode_kernel``) fail when SGLang no longer imports the kernel's name, and otherwise say what the
-contract read: ``unknown`` where the kernel's file was not there to read (the candidate's venv
-has no sgl-kernel-npu; the image build reads it), never ``pass`` for what nobody read.
+Why: whether the engine can move to a new SGLang needs the evidence and the decision side by side.
+A patch's verdict, first rule that holds: ``port`` (its target does not import), ``drop`` (the
+behaviour probe says SGLang fixed it), ``port`` (its tests fail with the candidate's pins, or the
+drift guard refuses it for another reason than its pins), ``keep`` (no pinned target changed but
+comments), ``re-pin`` (a target changed, the tests pass). A contract link whose other side is
+sgl-kernel-npu's fails when SGLang no longer imports the kernel's name, and is otherwise what the
+contract read: ``unknown`` where the kernel's file was not there, never a ``pass`` nobody saw.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +23,7 @@ from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 from tools.candidate import sources
 
 KEEP, REPIN, PORT, DROP = "keep", "re-pin", "port", "drop"
-REPIN_TARGET = "make sglang-candidate CANDIDATE={version} REPIN=1"
+CONTRACT_TEST_FILE = "tests/patches/test_gdn_contract.py"
 
 
 @dataclass
@@ -58,45 +47,37 @@ class TestFile:
     def said(self) -> str:
         if self.total == 0:
             return "none ran"
-        text = f"{self.passed}/{self.total} pass"
-        if self.skipped:
-            text += f", {self.skipped} skipped"
-        return text if not self.failed else f"{len(self.failed)} of {self.total} FAIL"
+        if self.failed:
+            return f"{len(self.failed)} of {self.total} FAIL"
+        skipped = f", {self.skipped} skipped" if self.skipped else ""
+        return f"{self.passed}/{self.total} pass{skipped}"
 
 
 _WHERE = re.compile(r"^(\S+\.py):(\d+): (\S.*)$", re.MULTILINE)
 
 
-def _failure_line(element: ET.Element) -> str:
-    """``file:line: Error`` where it was raised (pytest's last traceback entry) and the message."""
-    text = element.text or ""
-    message = (element.get("message") or "").splitlines()
-    places = _WHERE.findall(text)
-    where = f"{places[-1][0]}:{places[-1][1]}" if places else "?"
-    first = message[0] if message else (places[-1][2] if places else "no message")
-    return f"{where}: {first[:300]}"
-
-
 def parse_junit(path: Path) -> dict[str, TestFile]:
-    """Test file (``tests/patches/test_x.py``) -> its results."""
+    """Test file (``tests/patches/test_x.py``) -> its results; a failure as ``file:line:
+    message`` where it was raised (pytest's last traceback entry)."""
     files: dict[str, TestFile] = {}
     try:
-        tree = ET.parse(path)
+        cases = list(ET.parse(path).iter("testcase"))
     except (OSError, ET.ParseError):
         return files
-    for case in tree.iter("testcase"):
-        classname = case.get("classname") or ""
-        parts = classname.split(".")
-        # tests.patches.test_x[.Class] -> tests/patches/test_x.py
-        while parts and not parts[-1].startswith("test_"):
+    for case in cases:
+        parts = (case.get("classname") or "").split(".")
+        while parts and not parts[-1].startswith("test_"):  # tests.patches.test_x[.Class]
             parts.pop()
-        file = "/".join(parts) + ".py" if parts else classname
+        file = "/".join(parts) + ".py" if parts else case.get("classname") or ""
         row = files.setdefault(file, TestFile(file))
         problem = case.find("failure")
-        if problem is None:
-            problem = case.find("error")
+        problem = case.find("error") if problem is None else problem
         if problem is not None:
-            row.failed.append((case.get("name") or "?", _failure_line(problem)))
+            places = _WHERE.findall(problem.text or "")
+            message = (problem.get("message") or "").splitlines()
+            where = f"{places[-1][0]}:{places[-1][1]}" if places else "?"
+            first = message[0] if message else (places[-1][2] if places else "no message")
+            row.failed.append((case.get("name") or "?", f"{where}: {first[:300]}"))
         elif case.find("skipped") is not None:
             row.skipped += 1
         else:
@@ -111,9 +92,6 @@ def patch_test_file(checkout: Path, module: str) -> str:
     return str(found[0].relative_to(checkout)) if found else f"tests/patches/{name}"
 
 
-CONTRACT_TEST_FILE = "tests/patches/test_gdn_contract.py"
-
-
 def raised_in(failed: Sequence[tuple[str, str]]) -> str:
     """Where the failures were raised, when they agree: a test's own code (its harness calls an
     SGLang API that moved), the patch, or SGLang."""
@@ -124,9 +102,7 @@ def raised_in(failed: Sequence[tuple[str, str]]) -> str:
         return " (raised in the tests' own code, not in the patch: port the tests' harness)"
     if all(p.startswith("qwen_npu/") for p in places):
         return " (raised in the patch)"
-    if all("/sglang/" in p for p in places):
-        return " (raised in SGLang)"
-    return ""
+    return " (raised in SGLang)" if all("/sglang/" in p for p in places) else ""
 
 
 @dataclass(frozen=True)
@@ -152,16 +128,43 @@ class LinkRow:
     changes: tuple[sources.Change, ...]
 
 
-def _changed(changes: Sequence[sources.Change]) -> list[sources.Change]:
+def _changed(changes: Iterable[sources.Change]) -> list[sources.Change]:
     return [c for c in changes if c.kind != sources.UNCHANGED]
 
 
 def _diff_cell(changes: Sequence[sources.Change]) -> str:
-    changed = _changed(changes)
-    if not changed:
-        return "none"
-    return "; ".join(c.summary.split(": ", 1)[1] if ": " in c.summary else c.summary
-                     for c in changed)  # fmt: skip
+    return "; ".join(c.summary.split(": ", 1)[-1] for c in _changed(changes)) or "none"
+
+
+def _verdict(
+    data: Mapping[str, Any],
+    changed: list[sources.Change],
+    test: TestFile,
+    version: str,
+    bad_import: bool,
+) -> tuple[str, str]:
+    missing = [c for c in changed if c.kind == sources.MISSING]
+    if bad_import or data["state"] == "target-missing":
+        return PORT, f"the target does not load in {version}: {data['detail']}"
+    if data["probe"] == "fixed":
+        return DROP, f"the behaviour probe shows the fix in SGLang {version}"
+    if not test.green:
+        first = (
+            test.failed[0][1]
+            if test.failed
+            else "no test of it ran (pytest.log in the report's folder says why)"
+        )
+        said = f"its tests fail against {version} ({test.said}); first: {first}"
+        return PORT, said + raised_in(test.failed)
+    if missing:
+        return PORT, missing[0].summary
+    if all(c.kind == sources.COSMETIC for c in changed):
+        if data["state"] != "applied":
+            return PORT, f"the drift guard refuses it: {data['detail']}"
+        note = "changed in comments/docstrings only" if changed else "unchanged"
+        return KEEP, f"every pinned target {note}; the patch applies as it is"
+    said = "; ".join(c.summary for c in changed)
+    return REPIN, f"{said}; the patch's {test.total} tests pass against it with the new pins"
 
 
 def patch_rows(
@@ -175,59 +178,35 @@ def patch_rows(
     for info in PATCHES:
         data = probe["patches"][info.name]
         mine = tuple(c for c in changes if c.unit.owner == info.name)
-        test = tests.get(patch_test_file(checkout, info.module)) or TestFile(
-            patch_test_file(checkout, info.module)
-        )
-        bad_import = next((i for i in data["imports"] if not i["ok"]), None)
-        imports = "yes" if bad_import is None else f"NO: {bad_import['error']}"
-        probe_said = str(data["probe"])
-        changed = _changed(mine)
-        cosmetic = all(c.kind == sources.COSMETIC for c in changed)
-        if bad_import is not None or data["state"] == "target-missing":
-            verdict, reason = PORT, f"the target does not load in {version}: {data['detail']}"
-        elif probe_said == "fixed":
-            verdict, reason = DROP, f"the behaviour probe shows the fix in SGLang {version}"
-        elif not test.green:
-            first = (
-                test.failed[0][1]
-                if test.failed
-                else "no test of it ran (pytest.log in the report's folder says why)"
-            )
-            verdict, reason = (
-                PORT,
-                f"its tests fail against {version} ({test.said}); first: {first}"
-                + raised_in(test.failed),
-            )
-        elif any(c.kind == sources.MISSING for c in changed):
-            missing = next(c for c in changed if c.kind == sources.MISSING)
-            verdict, reason = PORT, missing.summary
-        elif not changed or cosmetic:
-            if data["state"] == "applied":
-                note = "unchanged" if not changed else "changed in comments/docstrings only"
-                verdict, reason = KEEP, f"every pinned target {note}; the patch applies as it is"
-            else:
-                verdict, reason = PORT, f"the drift guard refuses it: {data['detail']}"
-        else:
-            said = "; ".join(c.summary for c in changed)
-            verdict, reason = (
-                REPIN,
-                f"{said}; the patch's {test.total} tests pass against it with the new pins",
-            )
+        path = patch_test_file(checkout, info.module)
+        test = tests.get(path) or TestFile(path)
+        bad = next((i for i in data["imports"] if not i["ok"]), None)
+        imports = "yes" if bad is None else f"NO: {bad['error']}"
+        verdict = _verdict(data, _changed(mine), test, version, bad is not None)
         rows.append(
-            PatchRow(info.name, imports, probe_said, data["state"], _diff_cell(mine), test.said,
-                     verdict, reason, mine, tuple(test.failed))
-        )  # fmt: skip
+            PatchRow(
+                info.name,
+                imports,
+                str(data["probe"]),
+                data["state"],
+                _diff_cell(mine),
+                test.said,
+                *verdict,
+                mine,
+                tuple(test.failed),
+            )
+        )
     return rows
 
 
-def _expected_binding(relative_file: str, name: str) -> tuple[str, str]:
+def _kernel_name(relative_file: str, name: str) -> tuple[str, str]:
     return ("sgl_kernel_npu." + relative_file.removesuffix(".py").replace("/", "."), name)
 
 
 #: The sgl-kernel-npu names SGLang must import for the mover and decode links to mean anything.
 SGLANG_SIDE = {
-    "mover": _expected_binding(gdn_contract.MOVER_FILE, sources.MOVER_NAME),
-    "decode_kernel": _expected_binding(gdn_contract.DECODE_FILE, gdn_contract.DECODE_WRAPPER),
+    "mover": _kernel_name(gdn_contract.MOVER_FILE, sources.MOVER_NAME),
+    "decode_kernel": _kernel_name(gdn_contract.DECODE_FILE, gdn_contract.DECODE_WRAPPER),
 }
 
 
@@ -239,57 +218,50 @@ def link_rows(probe: Mapping[str, Any], changes: Sequence[sources.Change]) -> li
         verdict, evidence = checked["verdict"], checked["evidence"]
         if link.name in SGLANG_SIDE:
             module, name = SGLANG_SIDE[link.name]
-            found = [c.candidate for c in mine if c.candidate is not None]
-            bound = any((module, name) in f.imports for f in found)
             kernel = (
                 "the kernel's file is sgl-kernel-npu's, read on the image "
                 f"(`patches verify --build`): {evidence}"
             )
-            if not bound:
+            if not any((module, name) in c.candidate.imports for c in mine if c.candidate):
                 verdict = gdn_contract.FAIL
                 evidence = f"SGLang no longer imports {name} from {module}; {kernel}"
-            elif verdict == gdn_contract.PASS:
-                evidence = f"SGLang imports {name} from {module}; {kernel}"
-            else:
-                # SGLang's side holds, the kernel's was not read (or fails): the link says what
-                # its evidence says, never a pass it did not see
-                evidence = f"SGLang imports {name} from {module}, but {kernel}"
+            else:  # never a pass the kernel's side did not give
+                joint = "; " if verdict == gdn_contract.PASS else ", but "
+                evidence = f"SGLang imports {name} from {module}{joint}{kernel}"
         rows.append(LinkRow(link.name, verdict, evidence, _diff_cell(mine), mine))
     return rows
 
 
 def next_step(rows: Sequence[PatchRow], links: Sequence[LinkRow], version: str, pinned: str) -> str:
-    ports = [r.name for r in rows if r.verdict == PORT]
-    drops = [r.name for r in rows if r.verdict == DROP]
-    repins = [r.name for r in rows if r.verdict == REPIN]
-    broken = [link.name for link in links if link.verdict == "fail"]
-    repin = REPIN_TARGET.format(version=version)
-    if ports:
+    def named(verdict: str) -> str:
+        return ", ".join(r.name for r in rows if r.verdict == verdict)
+
+    broken = ", ".join(link.name for link in links if link.verdict == gdn_contract.FAIL)
+    repin = f"`make sglang-candidate CANDIDATE={version} REPIN=1`"
+    tail = "; then `make setup` and `make test`, and review `git diff`"
+    if named(PORT):
         return (
-            f"port {', '.join(ports)} (the failures above) before moving to {version}; "
-            f"keep SGLANG_VERSION={pinned} until `make sglang-candidate CANDIDATE={version}` shows "
+            f"port {named(PORT)} (the failures above) before moving to {version}; keep "
+            f"SGLANG_VERSION={pinned} until `make sglang-candidate CANDIDATE={version}` shows "
             'no port (docs/patches.md, "When SGLang releases")'
         )
     if broken:
         return (
-            f"do not move to {version}: the GDN state contract fails at {', '.join(broken)} "
+            f"do not move to {version}: the GDN state contract fails at {broken} "
             '(docs/patches.md, "The GDN state contract")'
         )
-    tail = "; then `make setup` and `make test`, and review `git diff`"
-    if drops:
+    if named(DROP):
         return (
-            f"delete {', '.join(drops)} (fixed upstream in {version}) with its registry entry, "
-            f"hook trigger and tests; `{repin}` moves the pins" + tail
+            f"delete {named(DROP)} (fixed upstream in {version}) with its registry entry, hook "
+            f"trigger and tests; {repin} moves the pins{tail}"
         )
-    if repins:
+    if named(REPIN):
         return (
-            f"read the diffs of {', '.join(repins)} above; if they are as said, `{repin}` writes "
-            f"the new pins and moves SGLANG_VERSION to {version}" + tail
+            f"read the diffs of {named(REPIN)} above; if they are as said, {repin} writes the new "
+            f"pins and moves SGLANG_VERSION to {version}{tail}"
         )
     if version != pinned:
-        return (
-            f"nothing to port: `{repin}` moves SGLANG_VERSION to {version} (no pin changes)" + tail
-        )
+        return f"nothing to port: {repin} moves SGLANG_VERSION to {version} (no pin changes){tail}"
     return f"nothing: {version} is the pinned release and every patch applies unchanged"
 
 
@@ -298,8 +270,15 @@ def movable(rows: Sequence[PatchRow], links: Sequence[LinkRow]) -> bool:
     return all(r.verdict != PORT for r in rows) and all(link.verdict != "fail" for link in links)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return [line(head), "|" + "---|" * len(head), *map(line, rows)]
+
+
+def _changes_json(changes: Iterable[sources.Change]) -> list[dict[str, str]]:
+    return [{"unit": c.unit.label, "kind": c.kind, "diff": c.diff} for c in changes]
 
 
 def render(
@@ -312,71 +291,61 @@ def render(
     links: Sequence[LinkRow],
     timings: Mapping[str, float],
     contract_tests: TestFile,
-) -> str:
-    """The report as Markdown (what the terminal shows and report.md holds)."""
-    total = sum(timings.values())
+) -> tuple[str, dict[str, Any]]:
+    """The report as Markdown (what the terminal shows and report.md holds) and as JSON."""
     steps = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    after = next_step(rows, links, version, pinned)
     out = [
         f"# SGLang {version} against the pinned {pinned}",
         "",
         f"Candidate: sglang {probe.get('sglang_version')} from {origin}, Python "
-        f"{probe.get('python')}; {total:.0f} s ({steps}).",
+        f"{probe.get('python')}; {sum(timings.values()):.0f} s ({steps}).",
         "",
-        "| patch | target imports | behaviour probe | drift guard (pinned PINS) | diff against "
-        f"{pinned} | its tests | verdict |",
-        "|---|---|---|---|---|---|---|",
+        *_table(
+            (
+                "patch",
+                "target imports",
+                "behaviour probe",
+                "drift guard (pinned PINS)",
+                f"diff against {pinned}",
+                "its tests",
+                "verdict",
+            ),
+            [
+                (r.name, r.imports, r.probe, r.guard, r.diff, r.tests, f"**{r.verdict}**")
+                for r in rows
+            ],
+        ),
+        "",
+        *_table(
+            ("GDN contract link", "verdict", "diff of the SGLang code it reads", "evidence"),
+            [(link.name, link.verdict, link.diff, link.evidence) for link in links],
+        ),
+        "",
+        f"Contract tests ({contract_tests.path}): {contract_tests.said}.",
+        "",
+        "## Why each verdict",
+        "",
+        *(f"- {r.name}: **{r.verdict}**: {r.reason}" for r in rows),
     ]
-    for r in rows:
-        out.append(
-            f"| {r.name} | {_cell(r.imports)} | {r.probe} | {r.guard} | {_cell(r.diff)} | "
-            f"{r.tests} | **{r.verdict}** |"
-        )
-    out += ["", "| GDN contract link | verdict | diff of the SGLang code it reads | evidence |",
-            "|---|---|---|---|"]  # fmt: skip
-    for link in links:
-        out.append(
-            f"| {link.name} | {link.verdict} | {_cell(link.diff)} | {_cell(link.evidence)} |"
-        )
-    out += ["", f"Contract tests ({contract_tests.path}): {contract_tests.said}."]
-    out += ["", "## Why each verdict", ""]
-    out += [f"- {r.name}: **{r.verdict}**: {r.reason}" for r in rows]
-    failing = [(r.name, f) for r in rows for f in r.failures]
-    if failing:
-        out += ["", "## Failing tests", ""]
-        out += [f"- {name}: `{test}`: {where}" for name, (test, where) in failing]
-    diffs = [c for r in rows for c in r.changes if c.diff and c.kind != sources.UNCHANGED]
-    diffs += [c for link in links for c in link.changes if c.diff and c.kind != sources.UNCHANGED]
+    failing = [f"- {r.name}: `{test}`: {where}" for r in rows for test, where in r.failures]
+    out += ["", "## Failing tests", "", *failing] if failing else []
+    every = [*(c for r in rows for c in r.changes), *(c for k in links for c in k.changes)]
+    diffs = [c for c in _changed(every) if c.diff]
     out += ["", f"## Diffs against {pinned} ({len(diffs)})", ""]
     if not diffs:
         out.append(f"None: every unit the patches pin and the contract reads is as in {pinned}.")
     for c in diffs:
         out += [f"### {c.unit.owner}: {c.summary}", "", "```diff", c.diff.rstrip("\n"), "```", ""]
-    out += ["", f"Next: {next_step(rows, links, version, pinned)}", ""]
-    return "\n".join(out)
-
-
-def as_json(
-    *, version: str, pinned: str, rows: Sequence[PatchRow], links: Sequence[LinkRow],
-    timings: Mapping[str, float],
-) -> dict[str, Any]:  # fmt: skip
-    return {
+    out += ["", f"Next: {after}", ""]
+    fields = ("name", "verdict", "reason", "imports", "probe", "guard", "tests")
+    data = {
         "candidate": version,
         "pinned": pinned,
         "seconds": {k: round(v, 1) for k, v in timings.items()},
         "patches": [
-            {
-                "name": r.name,
-                "verdict": r.verdict,
-                "reason": r.reason,
-                "imports": r.imports,
-                "probe": r.probe,
-                "guard": r.guard,
-                "tests": r.tests,
-                "failures": [list(f) for f in r.failures],
-                "changes": [
-                    {"unit": c.unit.label, "kind": c.kind, "diff": c.diff} for c in r.changes
-                ],
-            }
+            {f: getattr(r, f) for f in fields}
+            | {"failures": [list(f) for f in r.failures], "changes": _changes_json(r.changes)}
             for r in rows
         ],
         "gdn_contract": [
@@ -384,12 +353,11 @@ def as_json(
                 "link": link.name,
                 "verdict": link.verdict,
                 "evidence": link.evidence,
-                "changes": [
-                    {"unit": c.unit.label, "kind": c.kind, "diff": c.diff} for c in link.changes
-                ],
+                "changes": _changes_json(link.changes),
             }
             for link in links
         ],
         "movable": movable(rows, links),
-        "next": next_step(rows, links, version, pinned),
+        "next": after,
     }
+    return "\n".join(out), data

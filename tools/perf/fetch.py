@@ -1,18 +1,10 @@
 """``make perf-fetch``: what ``qwen-npu fetch`` costs on this machine, from local servers.
 
-Writes out/perf/fetch.md and prints it. Figures:
-
-- per source (Hugging Face and ModelScope from the test hub on 127.0.0.1, S3 from moto's server):
-  throughput (MB/s over the whole command), CPU seconds per GB (user + system of the fetch process)
-  and peak RSS, fetching one file of PERF_FETCH_GB GB (default 4; S3 PERF_FETCH_S3_GB, default 0.5:
-  moto keeps objects in memory);
-- a second run over the complete DEST (what a re-run or a restarted Job costs: nothing downloaded);
-- re-verifying a 35 GB-shaped checkpoint (the Qwen3.6-35B-A3B layout: 8 shards, 35 GB), the
-  ``qwen-npu fetch verify`` the init container runs: sizes only, and sizes plus sha256. The shards
-  are sparse files, so the sha256 figure is the hashing cost without the disk's read time.
-
-The hub runs in this process, moto in its own; each fetch runs as its own process, so its CPU
-and RSS are its own (``os.wait4`` in a small launcher process).
+Writes out/perf/fetch.md: per source (the test hub for hf:// and modelscope://, moto for s3://)
+throughput, CPU s/GB and peak RSS of one PERF_FETCH_GB file (PERF_FETCH_S3_GB for moto, which
+keeps objects in memory); a second run over the complete DEST; and ``fetch verify`` of a sparse
+35 GB-shaped checkpoint, sizes only and with sha256 (the hashing cost without the disk's reads).
+Each fetch is its own process, its CPU and RSS read through a small launcher (``os.wait4``).
 """
 
 from __future__ import annotations
@@ -67,22 +59,9 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     with tempfile.TemporaryDirectory() as tmp:
         usage = Path(tmp) / "usage.json"
         start = time.perf_counter()
+        launch = [sys.executable, "-c", _LAUNCHER, str(usage), sys.executable, "-m", "qwen_npu"]
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _LAUNCHER,
-                str(usage),
-                sys.executable,
-                "-m",
-                "qwen_npu",
-                "fetch",
-                *argv,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
+            [*launch, "fetch", *argv], env=env, capture_output=True, text=True, check=False
         )
         wall = time.perf_counter() - start
         code, cpu, rss = json.loads(usage.read_text())
@@ -92,7 +71,6 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
 
 
 def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
-
     big = tmp / "big.safetensors"
     _random_file(big, int(FETCH_GB * GB))
     rows = []
@@ -116,7 +94,6 @@ def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
 
 
 def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
-
     # lazy: an extra's (pyproject.toml); the base install goes without
     import boto3
 
@@ -132,19 +109,10 @@ def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
     server = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
-        creds = {
-            "AWS_ACCESS_KEY_ID": "k",
-            "AWS_SECRET_ACCESS_KEY": "s",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": url,
-        }
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=url,
-            region_name="us-east-1",
-            aws_access_key_id="k",
-            aws_secret_access_key="s",
-        )
+        creds = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+        creds |= {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": url}
+        keys = {"aws_access_key_id": "k", "aws_secret_access_key": "s"}
+        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", **keys)
         for _ in range(100):
             try:
                 s3.create_bucket(Bucket="perf")
@@ -184,15 +152,8 @@ def _reverify_rows(tmp: Path, env: dict[str, str]) -> list[str]:
         name = f"model-{i:05d}-of-{CKPT_SHARDS:05d}.safetensors"
         with (rev.root / name).open("wb") as f:
             f.truncate(shard)
-        entries.append(
-            {
-                "path": name,
-                "size": shard,
-                "sha256": zero.hexdigest(),
-                "check": "sha256",
-                "expected": zero.hexdigest(),
-            }
-        )
+        digest = zero.hexdigest()
+        entries.append(dict(path=name, size=shard, sha256=digest, check="sha256", expected=digest))
     rev.complete(
         {
             "schema_version": 1,

@@ -1,10 +1,7 @@
 """``make perf-preflight``: time preflight on a 397B-A17B-sized synthetic checkpoint.
 
-Writes out/perf/preflight.md and prints it. Three figures, each the median of RUNS runs: the
-check itself in one process (``run_preflight``), the same with ``--check-shards`` (every shard's
-safetensors header read), and the whole command as an init container runs it (a fresh
-``python -m qwen_npu preflight --json`` process, interpreter start included).
-Run from the repository root with PYTHONPATH=tests (the Makefile target does).
+Writes out/perf/preflight.md: the medians of RUNS runs of ``run_preflight`` in process, with
+``--check-shards``, and as a fresh ``python -m qwen_npu preflight --json`` process.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
-"""A simulator profile's engine facts, from the chart's own render of the engine it stands for.
+"""A simulator profile's engine facts (model name, TP, speculative flags), from the chart's render.
 
-Why this exists: a calibrated profile simulates one deployment of the chart (a checkpoint
-profile, MTP on or off). What that engine is told (the served model name, the tensor-parallel
-size, the speculative algorithm, its steps, top-k and draft tokens) is written once, in the chart
-profile, and the chart renders it into the engine's command line. A simulator profile names the
-chart profile (``chart-profile:``, plus ``chart-values:`` on top, e.g. MTP off) and takes those
-flags from the render: the simulator's keys are named after the same SGLang flags. Only its
-timing model stays in the simulator profile.
-
-The package does not render the chart (the chart lives in a checkout, and Helm's SDK is a tool of
-the repository, not of the product): the renders of the packaged profiles ship with it as data
-(``profiles/chart-renders.json``, written by ``make sim-renders``, a test holding it equal to a
-fresh render), so ``qwen-npu sim --profile P`` works from the wheel. A YAML of your own that
-names another chart profile needs a renders file of its own, named by ``QWEN_NPU_CHART_RENDERS``
-(``python -m tools.chart sim-renders --sim-config YOUR.yaml --out FILE``); it is read first.
+They are written once, in the chart profile a simulator profile names (``chart-profile:``, plus
+``chart-values:``); only the timing model stays in the simulator profile. The package does not
+render the chart: the packaged profiles' renders ship as data (``profiles/chart-renders.json``,
+``make sim-renders``); a YAML of your own naming another chart profile needs a renders file of
+its own, named by ``QWEN_NPU_CHART_RENDERS`` (read first).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -89,14 +80,10 @@ def engine_args(profile: str, values: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
-def engine_keys(profile: str, values: Mapping[str, Any] | None = None) -> dict[str, str]:
+def engine_keys(profile: str, values: Mapping[str, Any]) -> dict[str, str]:
     """The simulator keys of ``ENGINE_FLAGS`` as the chart renders them (kebab-case -> text);
     no speculative flag rendered (MTP off) is ``speculative-algorithm: none``."""
-    return keys_from_args(engine_args(profile, values or {}))
-
-
-def keys_from_args(args: Sequence[str]) -> dict[str, str]:
-    """``ENGINE_FLAGS`` read from an engine command line."""
+    args = engine_args(profile, values)
     found: dict[str, str] = {"speculative-algorithm": "none"}
     for i, arg in enumerate(args[:-1]):
         key = arg.removeprefix("--")

@@ -136,32 +136,16 @@ def parse_openai(body: Any, cfg: SimConfig, rid: str, chat: bool) -> GenParams:
     return GenParams(prompt, max_new, greedy, bool(body.get("stream", False)), rid, usage)
 
 
-def meta_info(req: Request, rid: str, finished: bool, now: float, num_steps: int) -> dict[str, Any]:
-    """``meta_info`` of a native response, with SGLang's speculative fields when they apply."""
-    meta: dict[str, Any] = {
-        "id": rid,
-        "finish_reason": {"type": "length", "length": req.emitted} if finished else None,
-        "prompt_tokens": req.prompt_len,
-        "weight_version": "default",
-        "completion_tokens": req.emitted,
-        "cached_tokens": 0,
-        "e2e_latency": now - req.arrival,
-    }
-    if req.verify_ct:
-        meta.update(spec_fields(req, num_steps))
-    return meta
-
-
-def spec_fields(req: Request, num_steps: int) -> dict[str, Any]:
+def spec_fields(emitted: int, verify_ct: int, num_steps: int) -> dict[str, Any]:
     """SGLang's per-request speculative fields (accept length counts the bonus token)."""
-    correct = req.emitted - 1 - req.verify_ct
-    proposed = req.verify_ct * num_steps
+    correct = emitted - 1 - verify_ct
+    proposed = verify_ct * num_steps
     return {
         "spec_accept_rate": correct / proposed if proposed else 0.0,
-        "spec_accept_length": req.emitted / req.verify_ct,
+        "spec_accept_length": emitted / verify_ct,
         "spec_num_correct_drafts": correct,
         "spec_num_proposed_drafts": proposed,
-        "spec_verify_ct": req.verify_ct,
+        "spec_verify_ct": verify_ct,
     }
 
 
@@ -187,15 +171,8 @@ class NativeStream:
         fin = f'{{"type":"length","length":{ch.emitted}}}' if ch.finished else "null"
         spec = ""
         if ch.verify_ct:
-            correct = ch.emitted - 1 - ch.verify_ct
-            proposed = ch.verify_ct * self.num_steps
-            spec = (
-                f',"spec_accept_rate":{correct / proposed!r},'
-                f'"spec_accept_length":{ch.emitted / ch.verify_ct!r},'
-                f'"spec_num_correct_drafts":{correct},'
-                f'"spec_num_proposed_drafts":{proposed},'
-                f'"spec_verify_ct":{ch.verify_ct}'
-            )
+            fields = spec_fields(ch.emitted, ch.verify_ct, self.num_steps)
+            spec = "".join(f',"{k}":{v!r}' for k, v in fields.items())
         return (
             f'data: {{"text":"{self.text}","output_ids":[{",".join(self.ids_parts)}],'
             f'"meta_info":{{"id":{self.head},"finish_reason":{fin},'
@@ -206,12 +183,19 @@ class NativeStream:
 
 
 def native_body(req: Request, rid: str, now: float, num_steps: int) -> dict[str, Any]:
-    ids = req.tokens.ids
-    return {
-        "text": detokenize(ids),
-        "output_ids": list(ids),
-        "meta_info": meta_info(req, rid, True, now, num_steps),
+    meta: dict[str, Any] = {
+        "id": rid,
+        "finish_reason": {"type": "length", "length": req.emitted},
+        "prompt_tokens": req.prompt_len,
+        "weight_version": "default",
+        "completion_tokens": req.emitted,
+        "cached_tokens": 0,
+        "e2e_latency": now - req.arrival,
     }
+    if req.verify_ct:
+        meta.update(spec_fields(req.emitted, req.verify_ct, num_steps))
+    ids = req.tokens.ids
+    return {"text": detokenize(ids), "output_ids": list(ids), "meta_info": meta}
 
 
 def _usage(req: Request) -> dict[str, Any]:

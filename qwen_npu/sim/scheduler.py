@@ -1,23 +1,10 @@
-"""The simulated scheduler: bounded running set, a queue, and one timer that drives every request.
+"""The simulated scheduler: a bounded running set, a queue, and one timer that drives every request.
 
-Timing is kept honest with absolute deadlines on the event loop's monotonic clock: a request's
-first token is due at the end of its prefill batch, each later step at ``previous deadline +
-step(batch)``, both priced by ``timing`` (a fixed part plus a part per token in the batch).
-Lateness of one wake-up never accumulates. A burst of due steps cannot all be sent at the same
-instant on one core, so the engine centres the burst on its deadline: a lead (0..5 ms), tracked
-from every streamed send so that the median send lateness is zero, makes the timer fire that much
-earlier. One timer (``loop.call_at``) wakes for the earliest deadline, slightly early because
-epoll rounds sleeps up to the millisecond, and emits every step that is due. Each request keeps
-its own step phase (as if it had joined the batch the moment its prefill finished), so the
-measured TTFT and inter-token gaps equal the priced ones.
-
-With ``prefill-serial`` one prefill batch runs at a time: a request arriving while the last batch
-has not ended joins it (ending it later by its own prompt's cost) while the batch holds at most
-``prefill-batch-tokens``, otherwise it waits for the next batch.
-
-With speculative decoding each verify step emits 1..num_steps+1 tokens at once (MTP-like), drawn
-from the acceptance distribution. ``hang_generate`` freezes the clock; resuming shifts every
-deadline by the pause.
+Deadlines are absolute on the loop's monotonic clock (a late wake-up never accumulates), priced by
+``timing``; each request keeps its own step phase, so measured TTFT and gaps equal the priced ones.
+The timer fires slightly early (epoll rounds sleeps up to the millisecond) and by a lead tracked
+from every streamed send, so a burst of due steps is centred on its deadline. The model:
+docs/simulator.md ("The timing model").
 """
 
 from __future__ import annotations
@@ -53,7 +40,7 @@ class Aborted(Exception):
 
 @dataclass(slots=True)
 class PrefillBatch:
-    """The last prefill batch of the serial lane: when it runs and who is in it."""
+    """The last prefill batch of the serial lane (``prefill-serial``)."""
 
     start: float
     end: float

@@ -1,10 +1,7 @@
 """``running_sim(**config)``: a simulator subprocess for tests, stopped whatever happens.
 
-Other parts' tests (sidecar, load test, observability) build on this: it picks a free port on
-127.0.0.1, starts ``python -m qwen_npu sim`` with the given config as flags, waits until the port
-answers, yields the base URL and always stops the process. Keyword names are the config fields in
-snake_case (``ttft_ms=5``); values are typed as in YAML. Starting, waiting and stopping are
-``qwen_npu.processes``'s; this module only turns a config into a command line.
+Keyword names are the config fields in snake_case (``ttft_ms=5``, typed as in YAML), plus
+``profile=`` and ``config=``; starting, waiting and stopping are ``qwen_npu.processes``'s.
 """
 
 from __future__ import annotations
@@ -26,53 +23,37 @@ def _flag_args(config: dict[str, Any]) -> list[str]:
     args: list[str] = []
     for name, value in config.items():
         key = name.replace("_", "-")
-        if key in ("profile", "config"):
-            args += [f"--{key}", str(value)]
-            continue
-        if key not in FIELDS:
+        if key not in FIELDS and key not in ("profile", "config"):
             raise TypeError(f"running_sim: unknown config key {name!r}")
-        if value is None:
-            continue
         if isinstance(value, bool):
-            value = "true" if value else "false"
+            value = str(value).lower()
         elif isinstance(value, list | tuple):
             value = ",".join(str(v) for v in value)
-        args += [f"--{key}", str(value)]
+        if value is not None:
+            args += [f"--{key}", str(value)]
     return args
 
 
 @contextlib.contextmanager
-def running_sim(
-    *,
-    startup_timeout_s: float = 30.0,
-    env: dict[str, str] | None = None,
-    **config: Any,
-) -> Iterator[str]:
-    """Start the simulator, yield ``http://127.0.0.1:<port>``, stop it at exit.
-
-    See ``running_sim_process`` (which also yields the process) for the arguments.
-    """
-    with running_sim_process(startup_timeout_s=startup_timeout_s, env=env, **config) as (url, _):
+def running_sim(**kwargs: Any) -> Iterator[str]:
+    """``running_sim_process``, yielding the base URL alone."""
+    with running_sim_process(**kwargs) as (url, _):
         yield url
 
 
 @contextlib.contextmanager
 def running_sim_process(
-    *,
-    startup_timeout_s: float = 30.0,
-    env: dict[str, str] | None = None,
-    **config: Any,
+    *, startup_timeout_s: float = 30.0, env: dict[str, str] | None = None, **config: Any
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start the simulator, yield (base URL, process), stop it at exit.
+    """Start the simulator on 127.0.0.1 (a free port unless ``port=``), yield (base URL, process).
 
-    ``startup_timeout_s`` bounds the wait for the port (not the simulated ``startup_delay_s``:
-    the port opens at once and answers 503 until ready). The process's output is kept in a
-    temporary file and its tail shown in the error if it exits early (``ProcessExited``) or
-    does not listen in time (``WaitTimeout``). ``env`` adds environment variables.
+    ``startup_timeout_s`` bounds the wait for the port (which opens at once, answering 503 during
+    ``startup_delay_s``); the process's output tail is in the error when it exits early or does
+    not listen in time. ``env`` adds environment variables.
     """
     port = int(config.pop("port", 0)) or free_port()
-    config.setdefault("host", "127.0.0.1")
-    cmd = [sys.executable, "-m", "qwen_npu", "sim", "--port", str(port), *_flag_args(config)]
+    flags = _flag_args({"host": "127.0.0.1", **config})
+    cmd = [sys.executable, "-m", "qwen_npu", "sim", "--port", str(port), *flags]
     with (
         tempfile.TemporaryDirectory(prefix="qwen-npu-sim-") as tmp,
         processes.running(

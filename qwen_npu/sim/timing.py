@@ -1,15 +1,8 @@
-"""What a step costs and what a closed loop of clients sees: the simulator's timing model on paper.
+"""The simulator's timing model on paper: pure functions of a ``SimConfig``.
 
-Pure functions of a ``SimConfig``. The engine prices every step with ``step_ms`` and every prefill
-batch with ``prefill_ms`` and draws verify-step acceptance from ``acceptance_distribution``; tests
-and tools predict what a benchmark measures with ``steady_state`` and where speculative decoding
-stops paying with ``crossover``. docs/simulator.md ("The timing model", "Calibration") explains it.
-
-The step model is roofline-style: a fixed part plus a part per token in the batch. Without
-speculation a decode step carries 1 token per running request; with it (MTP / NEXTN) a verify step
-carries ``verify_tokens(cfg)`` tokens per running request and follows ``speculative-num-steps``
-draft steps of ``draft-step-ms`` each. Acceptance decays with the draft position and stops at the
-first rejection, so a verify step emits 1 + the accepted drafts.
+The engine prices its steps and prefills with them and draws acceptance from them; tests and tools
+predict a closed loop's figures (``steady_state``) and where MTP stops paying (``crossover``). The
+model and its calibration: docs/simulator.md ("The timing model", "Calibration").
 """
 
 from __future__ import annotations
@@ -42,12 +35,7 @@ class SteadyState(NamedTuple):
 
 
 def verify_tokens(cfg: SimConfig) -> int:
-    """Tokens one running request adds to a step: 1, or the verify step's tokens with MTP.
-
-    With ``speculative-eagle-topk`` 1 (a chain of drafts) a verify step checks the current token
-    and every draft: ``speculative-num-steps + 1``, as SGLang sets ``num_draft_tokens`` itself for
-    topk 1; with a larger topk, ``speculative-num-draft-tokens``.
-    """
+    """Tokens one running request adds to a step: 1, or the verify step's tokens with MTP."""
     if not cfg.spec_enabled:
         return 1
     if cfg.speculative_eagle_topk == 1:
@@ -56,14 +44,7 @@ def verify_tokens(cfg: SimConfig) -> int:
 
 
 def step_ms(cfg: SimConfig, running: int) -> float:
-    """One engine step (a decode step, or a verify step with its draft steps) at a batch size.
-
-    With ``step-fixed-ms`` set: ``step-fixed-ms + num-steps x draft-step-ms (with MTP) +
-    step-ms-per-token x verify_tokens x running``. Unset (the older keys): ``itl-ms +
-    itl-ms-per-running-req x (running - 1)``, which is the same model with step-ms-per-token =
-    itl-ms-per-running-req / verify_tokens, step-fixed-ms = itl-ms - itl-ms-per-running-req and
-    no separate draft cost.
-    """
+    """One engine step (a decode step, or a verify step with its draft steps) at a batch size."""
     running = max(running, 1)
     if cfg.step_fixed_ms is None:
         return cfg.itl_ms + cfg.itl_ms_per_running_req * (running - 1)
@@ -72,7 +53,6 @@ def step_ms(cfg: SimConfig, running: int) -> float:
 
 
 def prefill_ms(cfg: SimConfig, prompt_tokens: int) -> float:
-    """One prefill batch holding ``prompt_tokens`` prompt tokens (one request's, or several)."""
     return cfg.ttft_ms + cfg.prefill_ms_per_1k_tokens * prompt_tokens / 1000.0
 
 
@@ -89,11 +69,7 @@ def solve_constant_rate(n: int, target: float) -> float:
 
 
 def position_rates(cfg: SimConfig) -> list[float]:
-    """Chance that draft position 1..num-steps is accepted, given the ones before it were.
-
-    ``accept-rate`` x ``accept-decay`` ** (position - 1); from ``accept-length`` (which wins) one
-    constant rate solved so that the mean is accept-length; without either, 0 (nothing accepted).
-    """
+    """Chance that draft position 1..num-steps is accepted, given the ones before it were."""
     n = cfg.speculative_num_steps
     if cfg.accept_length is not None:
         return [solve_constant_rate(n, cfg.accept_length)] * n
@@ -103,11 +79,7 @@ def position_rates(cfg: SimConfig) -> list[float]:
 
 
 def acceptance_distribution(cfg: SimConfig) -> list[float]:
-    """Probabilities of 1..num_steps+1 tokens per verify step.
-
-    ``accept-distribution`` wins; otherwise the chain of ``position_rates``: a verify step emits
-    1 + the drafts accepted before the first rejection.
-    """
+    """Probabilities of 1..num_steps+1 tokens per verify step."""
     if cfg.accept_distribution is not None:
         return list(cfg.accept_distribution)
     dist: list[float] = []
@@ -146,19 +118,10 @@ def steady_state(
     input_len: int = DEFAULT_INPUT_LEN,
     output_len: int = DEFAULT_OUTPUT_LEN,
 ) -> SteadyState:
-    """(TPOT ms, output tokens/s, TTFT ms) of ``concurrency`` clients in a closed loop.
-
-    Each client sends a request of ``input_len`` prompt tokens for ``output_len`` tokens and sends
-    the next when it ends, as ``sglang.benchmark.serving --max-concurrency`` does. Model:
-
-    - ``m = min(concurrency, max-running-requests)`` requests run; the rest queue.
-    - Decode: ``D = expected_steps(output_len - 1) x step_ms(m)``; TPOT = D / (output_len - 1).
-    - Prefill: without ``prefill-serial`` every request prefills alone (TTFT = prefill_ms(input)).
-      With it, one prefill batch at a time; a closed loop settles into waves of
-      ``K = prefill-batch-tokens // input_len`` (at least 1) requests prefilled together, each
-      wave's TTFT its batch's prefill_ms. When the prefills of all ``m`` exceed a request's cycle,
-      the prefill lane is the bottleneck and the queue at it adds to TTFT.
-    - Output tokens/s = m x output_len / cycle, cycle = TTFT + D of a running request.
+    """(TPOT ms, output tokens/s, TTFT ms) of ``concurrency`` clients in a closed loop, as
+    ``sglang.benchmark.serving --max-concurrency`` runs them: ``m`` of them run (the rest queue);
+    with ``prefill-serial`` the loop settles into waves of ``prefill-batch-tokens // input_len``
+    prefilled together, and a prefill lane longer than a request's cycle adds its queue to TTFT.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency {concurrency} must be >= 1")
@@ -190,13 +153,8 @@ def fit_step(
     *,
     output_len: int = DEFAULT_OUTPUT_LEN,
 ) -> tuple[float, float]:
-    """(step-fixed-ms, step-ms-per-token) whose TPOTs best fit ``tpot_ms`` (concurrency -> TPOT).
-
-    TPOT on paper is linear in the running requests c: ``E[steps] / (output_len - 1) x
-    (step-fixed-ms + drafts + step-ms-per-token x verify_tokens x c)``, so a least-squares line
-    through the measured TPOTs gives both; everything else (acceptance, draft-step-ms,
-    max-running-requests) is taken from ``cfg``. This is how the MTP profile was calibrated.
-    """
+    """(step-fixed-ms, step-ms-per-token) whose TPOTs best fit ``tpot_ms`` (concurrency -> TPOT):
+    the least-squares line, TPOT being linear in the running requests; the rest from ``cfg``."""
     if len(tpot_ms) < 2:
         raise ValueError("fit_step needs TPOTs at two or more concurrencies")
     per_step = expected_steps(cfg, output_len - 1) / (output_len - 1)
@@ -219,28 +177,10 @@ def crossover(
     output_len: int = DEFAULT_OUTPUT_LEN,
 ) -> int | None:
     """The lowest of ``concurrencies`` at which ``cfg_on`` delivers fewer output tokens/s than
-    ``cfg_off`` (for MTP on vs off: where speculation stops paying); None if it never does."""
+    ``cfg_off`` (MTP on vs off); None if it never does."""
     for c in sorted(set(concurrencies)):
         on = steady_state(cfg_on, c, input_len=input_len, output_len=output_len)
         off = steady_state(cfg_off, c, input_len=input_len, output_len=output_len)
         if on.output_tok_per_s < off.output_tok_per_s:
             return c
     return None
-
-
-__all__ = [
-    "DEFAULT_INPUT_LEN",
-    "DEFAULT_OUTPUT_LEN",
-    "UPSTREAM_PR_34353",
-    "SteadyState",
-    "accept_length",
-    "acceptance_distribution",
-    "crossover",
-    "expected_steps",
-    "fit_step",
-    "position_rates",
-    "prefill_ms",
-    "steady_state",
-    "step_ms",
-    "verify_tokens",
-]

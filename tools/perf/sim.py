@@ -1,13 +1,8 @@
 """``make perf-sim``: the simulator's timing fidelity, streaming capacity and calibration, measured.
 
-The client is a minimal asyncio HTTP/1.1 reader (keep-alive connections, chunked SSE) rather than a
-general HTTP library: the point is to time the server, so the client must add as little of its own
-delay as possible and run in its own process (the other core). For each concurrency it reports the
-median measured TTFT and inter-token gap beside the configured ones; the capacity run reports the
-streamed tokens/s the simulator sustains on its one core and how late its steps were. The
-calibration run drives the calibrated MTP profile and its MTP-off twin in a closed loop (1024 in /
-100 out, as the upstream pull request's benchmark) and sets the measured TPOT, output tokens/s and
-TTFT beside the upstream table and the paper model (``qwen_npu.sim.timing``).
+The client is a minimal asyncio HTTP/1.1 reader (keep-alive, chunked SSE) in its own process rather
+than a general HTTP library: to time the server it must add as little delay of its own as possible.
+What it measures and why: docs/simulator.md ("Fidelity and capacity", "Calibration").
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +24,6 @@ from qwen_npu.sim import timing
 from qwen_npu.sim.clock import new_loop, ready_at
 from qwen_npu.sim.config import SimConfig, build
 from qwen_npu.sim.testing import running_sim, running_sim_process
-
-
-def _get_json(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        data: dict[str, Any] = json.loads(resp.read())
-        return data
 
 
 def cpu_seconds(pid: int) -> float:
@@ -233,15 +223,7 @@ def fidelity(
 
 
 #: Config keys that are durations: scaling them all by one factor scales every simulated time.
-TIME_KEYS = (
-    "ttft_ms",
-    "prefill_ms_per_1k_tokens",
-    "itl_ms",
-    "itl_ms_per_running_req",
-    "step_fixed_ms",
-    "step_ms_per_token",
-    "draft_step_ms",
-)
+TIME_KEYS = tuple(k for k in SimConfig.model_fields if "_ms" in k)
 MTP_PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
 NOMTP_PROFILE = "qwen3.6-35b-a3b-910b-tp2-nomtp"
 
@@ -276,18 +258,8 @@ def closed_loop(
 
     ``url``: an already running simulator of that profile and scale (else one is started).
     """
-    if url is None:
-        with running_sim(**scaled_flags(profile, scale)) as started:
-            return closed_loop(
-                profile,
-                conc,
-                num,
-                input_len=input_len,
-                output_len=output_len,
-                scale=scale,
-                url=started,
-            )
-    res, dur = measure(url, conc, num, input_len, output_len)
+    with nullcontext(url) if url else running_sim(**scaled_flags(profile, scale)) as base:
+        res, dur = measure(base, conc, num, input_len, output_len)
     return LoopFigures(
         tpot_ms=statistics.fmean(res.gaps) * 1000 / scale if res.gaps else float("nan"),
         output_tok_per_s=res.tokens / dur * scale,
@@ -389,7 +361,8 @@ def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> di
         cpu0 = cpu_seconds(proc.pid)
         res, dur = measure(url, conc, conc * 3, 16, out_len)
         cpu = cpu_seconds(proc.pid) - cpu0
-        stats = _get_json(url + "/sim/stats")
+        with urllib.request.urlopen(url + "/sim/stats", timeout=10) as resp:
+            stats = json.loads(resp.read())
     target = conc * (accept or 1.0) / (itl_ms / 1000)
     return {
         "conc": conc,

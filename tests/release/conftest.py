@@ -10,18 +10,18 @@ and say so.
 from __future__ import annotations
 
 import crypt
+import functools
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from qwen_npu import processes
 from tools.paths import REPO
 from tools.release import oci
 from tools.release.registry import Registry
@@ -53,67 +53,22 @@ def _need(*tools: str) -> None:
         pytest.fail(f"{', '.join(missing)} missing: run `make tools-release` (make test does)")
 
 
-@dataclass
-class Pki:
-    ca: Path
-    cert: Path
-    key: Path
-
-
 @pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA (ca.crt) and the registries' certificate for 127.0.0.1 (srv.crt, srv.key)."""
     _need("openssl")
     d = tmp_path_factory.mktemp("pki")
 
     def ossl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
 
-    ossl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=qwen-npu test CA",
-    )
-    ossl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    )
+    key = ["-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout"]
+    ossl("req", "-x509", *key, "ca.key", "-out", "ca.crt", "-subj", "/CN=qwen-npu test CA")
+    ossl("req", *key, "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
     (d / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    ossl(
-        "x509",
-        "-req",
-        "-in",
-        "srv.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "srv.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext",
-    )
-    return Pki(d / "ca.crt", d / "srv.crt", d / "srv.key")
+    ca = ["-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-extfile", "ext"]
+    ossl("x509", "-req", "-in", "srv.csr", *ca, "-out", "srv.crt", "-days", "2")
+    return d
 
 
 @dataclass
@@ -129,65 +84,51 @@ def site_key(tmp_path_factory: pytest.TempPathFactory) -> SiteKey:
     home = tmp_path_factory.mktemp("gnupg")
     home.chmod(0o700)
     env = {**os.environ, "GNUPGHOME": str(home)}
-    subprocess.run(
-        [
-            "gpg",
-            "--batch",
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "qwen-npu test site <site@test.invalid>",
-            "rsa2048",
-            "sign",
-            "never",
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
+
+    def gpg(*args: str) -> bytes:
+        return subprocess.run(
+            ["gpg", "--batch", *args], env=env, check=True, capture_output=True
+        ).stdout
+
+    gpg(
+        "--passphrase",
+        "",
+        "--quick-gen-key",
+        "qwen-npu test site <site@test.invalid>",
+        "rsa2048",
+        "sign",
+        "never",
     )
-    out = subprocess.run(
-        ["gpg", "--batch", "--with-colons", "--list-secret-keys"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = gpg("--with-colons", "--list-secret-keys").decode()
     fpr = next(ln.split(":")[9] for ln in out.splitlines() if ln.startswith("fpr:"))
     keyring = home / "site.gpg"
-    keyring.write_bytes(
-        subprocess.run(
-            ["gpg", "--batch", "--export", fpr], env=env, check=True, capture_output=True
-        ).stdout
-    )
+    keyring.write_bytes(gpg("--export", fpr))
     return SiteKey(home, fpr, keyring)
 
 
 @dataclass
 class RunningRegistry:
     host: str
-    root: Path
+    ca: Path
 
-    def client(self, password: str = PASSWORD, ca: Path | None = None) -> Registry:
-        return Registry.login(self.host, USER, password, str(ca) if ca else None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    def client(self, password: str = PASSWORD) -> Registry:
+        return Registry.login(self.host, USER, password, str(self.ca))
 
 
 @pytest.fixture(scope="session")
-def start_registry(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[callable]:  # type: ignore[valid-type]
+def registries(
+    tmp_path_factory: pytest.TempPathFactory, pki: Path
+) -> Iterator[tuple[RunningRegistry, RunningRegistry]]:
+    """The release registry and the site registry (the closed site's): TLS and basic auth."""
     _need("docker-registry", "skopeo")
     procs: list[subprocess.Popen[bytes]] = []
-
-    def start(name: str) -> RunningRegistry:
+    running = []
+    for name in ("release", "site"):
         root = tmp_path_factory.mktemp(f"registry-{name}")
         # bcrypt cost 4: the registry checks the password on every request.
         entry = crypt.crypt(PASSWORD, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
         (root / "htpasswd").write_text(f"{USER}:{entry}\n")
-        port = _free_port()
+        port = processes.free_port()
         (root / "config.yml").write_text(
             f"""version: 0.1
 log: {{level: error}}
@@ -196,42 +137,20 @@ storage:
   delete: {{enabled: true}}
 http:
   addr: 127.0.0.1:{port}
-  tls: {{certificate: {pki.cert}, key: {pki.key}}}
+  tls: {{certificate: {pki / "srv.crt"}, key: {pki / "srv.key"}}}
 auth:
   htpasswd: {{realm: qwen-npu-test, path: {root}/htpasswd}}
 """
         )
-        log = (root / "registry.log").open("wb")
-        proc = subprocess.Popen(
-            ["docker-registry", "serve", str(root / "config.yml")],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append(proc)
-        deadline = time.monotonic() + 30
-        while True:  # the event: the port accepts a connection
-            if proc.poll() is not None:
-                pytest.fail(f"docker-registry exited: {(root / 'registry.log').read_text()[-400:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("docker-registry did not listen within 30 s")
-                time.sleep(0.05)
-        return RunningRegistry(f"127.0.0.1:{port}", root)
-
-    yield start
+        log = root / "registry.log"
+        cmd = ["docker-registry", "serve", str(root / "config.yml")]
+        procs.append(processes.start(cmd, log=log))
+        listening = functools.partial(processes.listening, port)
+        processes.wait_until(listening, what="docker-registry", proc=procs[-1], log=log)
+        running.append(RunningRegistry(f"127.0.0.1:{port}", pki / "ca.crt"))
+    yield running[0], running[1]
     for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="session")
-def registries(start_registry: callable) -> tuple[RunningRegistry, RunningRegistry]:  # type: ignore[valid-type]
-    """The release registry and the site registry (the closed site's)."""
-    return start_registry("release"), start_registry("site")
+        processes.stop(proc)
 
 
 def tiny_image(root: Path, name: str, marker: str) -> Path:
@@ -271,20 +190,24 @@ class Result:
 
 
 @pytest.fixture(scope="session")
-def cli(pki: Pki, site_key: SiteKey) -> callable:  # type: ignore[valid-type]
-    def run(*args: str, password: str = PASSWORD, env: dict[str, str] | None = None) -> Result:
-        full = {
-            **os.environ,
-            "REGISTRY_USER": USER,
-            "REGISTRY_PASSWORD": password,
-            "REGISTRY_CA": str(pki.ca),
-            "GNUPGHOME": str(site_key.home),
-            **(env or {}),
-        }
+def release_env(pki: Path, site_key: SiteKey) -> dict[str, str]:
+    """The environment of a release run: the registries' user and CA, the site key's GnuPG home."""
+    return {
+        **os.environ,
+        "REGISTRY_USER": USER,
+        "REGISTRY_PASSWORD": PASSWORD,
+        "REGISTRY_CA": str(pki / "ca.crt"),
+        "GNUPGHOME": str(site_key.home),
+    }
+
+
+@pytest.fixture(scope="session")
+def cli(release_env: dict[str, str]) -> Callable[..., Result]:
+    def run(*args: str, password: str = PASSWORD) -> Result:
         proc = subprocess.run(
             [sys.executable, "-m", "tools.release", *args],
             cwd=REPO,
-            env=full,
+            env={**release_env, "REGISTRY_PASSWORD": password},
             capture_output=True,
             text=True,
             timeout=600,

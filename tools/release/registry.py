@@ -87,7 +87,7 @@ class Registry:
             json.dump({"auths": {host: {"auth": auth}}}, handle)
         return cls(host, path, ca_file, user)
 
-    def _flags(self, prefix: str = "") -> list[str]:
+    def skopeo_flags(self, prefix: str = "") -> list[str]:
         """skopeo's credential and CA flags (`prefix` "src-" or "dest-" for copy)."""
         flags = [f"--{prefix}authfile", self.auth_file] if self.auth_file else []
         if self.ca_file:
@@ -144,7 +144,7 @@ class Registry:
     def get_manifest(self, repo: str, reference: str) -> tuple[bytes, str] | None:
         """The manifest a tag or digest names and its media type; None when absent."""
         body = self._skopeo(
-            "inspect", "--raw", *self._flags(), self.ref(repo, reference), absent_ok=True
+            "inspect", "--raw", *self.skopeo_flags(), self.ref(repo, reference), absent_ok=True
         )
         return None if body is None else (body, str(json.loads(body).get("mediaType", "")))
 
@@ -156,8 +156,8 @@ class Registry:
     def copy(self, source: str, dest: str) -> None:
         """skopeo copy, the manifest bytes kept: pushing to `repo@digest` has the registry check
         them against that digest, and reading by digest checks what it answers."""
-        flags = self._flags("src-") if source.startswith("docker://") else []
-        flags += self._flags("dest-") if dest.startswith("docker://") else []
+        flags = self.skopeo_flags("src-") if source.startswith("docker://") else []
+        flags += self.skopeo_flags("dest-") if dest.startswith("docker://") else []
         self._skopeo("copy", "--quiet", "--preserve-digests", *flags, source, dest)
 
     def push(self, source: str, repo: str, digest: str) -> str:
@@ -175,14 +175,14 @@ class Registry:
 
     def tags(self, repo: str) -> list[str]:
         out = self._skopeo(
-            "list-tags", *self._flags(), f"docker://{self.host}/{repo}", absent_ok=True
+            "list-tags", *self.skopeo_flags(), f"docker://{self.host}/{repo}", absent_ok=True
         )
         return [] if out is None else list(json.loads(out).get("Tags") or [])
 
     def delete_manifest(self, repo: str, digest: str) -> bool:
         """DELETE by digest (removes its tags); False when the registry does not allow it."""
         try:
-            self._skopeo("delete", *self._flags(), self.ref(repo, digest))
+            self._skopeo("delete", *self.skopeo_flags(), self.ref(repo, digest))
         except ReleaseError:
             return False
         return True

@@ -1,35 +1,16 @@
 """Does the installed sgl-kernel-npu hold what SGLang's Qwen3.5/3.6 path imports and calls?
 
-Why this exists: the engine image installs sgl-kernel-npu from a release zip chosen by version,
-torch, Python, CANN, chip and CPU architecture. A wrong asset, an overridden version or a release
-from before sgl-kernel-npu PR #740 builds fine and fails at the first model load: SGLang 0.5.23
-imports ``sgl_kernel_npu.fla.fused_sigmoid_gating_recurrent_decode_optimized`` (plain decode),
-``sgl_kernel_npu.activation.fused_sigmoid_mul`` and ``sgl_kernel_npu.fla.chunk`` at module level,
-and its GDN backend calls ``torch.ops.npu.chunk_gated_delta_rule(..., chunk_state=h)`` and
-``torch.ops.npu.recurrent_gated_delta_rule(...)``, ops that ``libsgl_kernel_npu.so`` registers.
-
-What is checked, without an NPU (the image build has none): the list is SGLang's own, read from the
-installed SGLang with ``ast`` (no import): every module-level ``from sgl_kernel_npu... import ...``
-of the files in ``PATH_FILES`` (imports inside a ``try`` that catches ImportError are optional and
-skipped, as SGLang skips them), and every ``torch.ops.npu.<op>(...)`` call of ``GDN_BACKEND`` with
-the keyword arguments SGLang passes. Against the kernel package: each module is a file of it, each
-imported name is defined in that file, and each op's schema (the ``TORCH_LIBRARY`` schema text is a
-string in the compiled library) exists and names every keyword SGLang passes. The kernel package
-is read either installed (``--site``, the default: this interpreter's site-packages) or straight
-from a release zip (``--zip``: the wheels inside it), before anything is installed.
-
-At engine start (``--registered``): the same ops are looked up in ``torch.ops.npu`` after importing
-what SGLang imports before it calls them: torch_npu, sgl_kernel_npu and every module of
-``sglang_needs`` (the list the build-time check reads), in that order, since a release may register
-an op on a submodule's import (sgl-kernel-npu #747 brings ``chunk_gated_delta_rule`` with its own
-Python wrapper) rather than on the package's. Only the NPU node can do it; one line says which op
-is not registered, which modules were imported and which compiled libraries of the kernel
-packages the process loaded (``/proc/self/maps``). The build-time line names the packages and the
-libraries it searched too.
-
-Output: one line on stdout (``qwen_npu.hardware level=... event=kernel_contents_ok|..._missing``),
-the details on stderr; exit 0, 1 (something missing), 2 (bad input). Standard library only, except
-``--registered``, which imports torch in the engine.
+Why this exists: sgl-kernel-npu comes from a release zip chosen by version, torch, Python, CANN,
+chip and CPU; a wrong asset or a release before PR #740 builds fine and fails at the first model
+load. Without an NPU (the image build): the list is SGLang's own, read from its source
+(``upstream.source``): every module-level ``from sgl_kernel_npu... import`` of ``PATH_FILES``
+(ImportError-guarded ones skipped, as SGLang skips them) and every ``torch.ops.npu.<op>(...)`` of
+``GDN_BACKEND`` with its keywords; each module must be a file of the kernel package (``--site``, or
+the wheels inside a release zip, ``--zip``) defining the names, each op's compiled TORCH_LIBRARY
+schema must exist and name every keyword. At engine start (``--registered``, the one mode that
+imports torch) the ops are looked up in ``torch.ops.npu`` after importing what SGLang imports
+before it calls them (a release may register an op on a submodule's import, #747). Output: one
+log line on stdout, details on stderr; exit 0, 1 (something missing), 2 (bad input).
 """
 
 from __future__ import annotations
@@ -47,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from qwen_npu.log import line
+from qwen_npu.upstream import source
 
 PART = "hardware"
 KERNEL_PACKAGE = "sgl_kernel_npu"
@@ -140,23 +122,14 @@ def sglang_needs(sglang_root: Path) -> list[Need]:
 def sglang_op_calls(sglang_root: Path) -> list[OpCall]:
     """Every ``torch.ops.npu.<op>(...)`` call of the GDN backend, with its keywords."""
     calls: dict[str, OpCall] = {}
-    for node in ast.walk(_parse(sglang_root / GDN_BACKEND)):
-        if not isinstance(node, ast.Call):
+    for callee, node in source.calls(_parse(sglang_root / GDN_BACKEND)):
+        prefix, _, op = callee.rpartition(".")
+        if prefix != "torch.ops.npu":
             continue
-        func = node.func
-        if (
-            isinstance(func, ast.Attribute)
-            and isinstance(func.value, ast.Attribute)
-            and func.value.attr == "npu"
-            and isinstance(func.value.value, ast.Attribute)
-            and func.value.value.attr == "ops"
-        ):
-            keywords = {k.arg for k in node.keywords if k.arg}
-            seen = calls.get(func.attr)
-            if seen:
-                keywords |= set(seen.keywords)
-            source = seen.source if seen else f"{GDN_BACKEND}:{node.lineno}"
-            calls[func.attr] = OpCall(func.attr, tuple(sorted(keywords)), source)
+        seen = calls.get(op)
+        keywords = {k.arg for k in node.keywords if k.arg} | set(seen.keywords if seen else ())
+        where = seen.source if seen else f"{GDN_BACKEND}:{node.lineno}"
+        calls[op] = OpCall(op, tuple(sorted(keywords)), where)
     return list(calls.values())
 
 
@@ -405,8 +378,38 @@ def registered_missing(ops: Sequence[str], needs: Sequence[Need] = ()) -> Regist
 # ------------------------------------------------------------------------------------------ CLI
 
 
-def _site() -> Path:
-    return Path(sysconfig.get_paths()["purelib"])
+def _say(level: str, event: str, **fields: object) -> None:
+    print(line(PART, level, event, **fields))
+
+
+def _registered(site: Path) -> int:
+    ops = [c.name for c in sglang_op_calls(site)]
+    try:
+        found = registered_missing(ops, sglang_needs(site))
+    except ImportFailed as exc:
+        _say(
+            "error",
+            "npu_ops_unavailable",
+            module=exc.module,
+            error=str(exc),
+            next=f"the engine image's torch_npu / {KERNEL_PACKAGE} do not import as SGLang "
+            "imports them (docs/images.md)",
+        )
+        return 1
+    searched = {"imported": ",".join(found.imported), "libraries": ",".join(found.libraries)}
+    searched["libraries"] = searched["libraries"] or "none"
+    if found.missing:
+        _say(
+            "error",
+            "npu_op_missing",
+            ops=",".join(found.missing),
+            **searched,
+            next=f"the installed {KERNEL_PACKAGE} does not register them: rebuild the image "
+            "with the pinned release (docs/images.md)",
+        )
+        return 1
+    _say("info", "npu_ops_registered", ops=",".join(ops), **searched)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,73 +420,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--registered", action="store_true", help="engine start: the ops are in torch.ops.npu"
     )
     args = parser.parse_args(argv)
-    site = args.site or _site()
+    site = args.site or Path(sysconfig.get_paths()["purelib"])
     try:
         if args.registered:
-            ops = [c.name for c in sglang_op_calls(site)]
-            try:
-                found = registered_missing(ops, sglang_needs(site))
-            except ImportFailed as exc:
-                print(
-                    line(
-                        PART,
-                        "error",
-                        "npu_ops_unavailable",
-                        module=exc.module,
-                        error=str(exc),
-                        next=f"the engine image's torch_npu / {KERNEL_PACKAGE} do not import "
-                        "as SGLang imports them (docs/images.md)",
-                    )
-                )
-                return 1
-            searched = {
-                "imported": ",".join(found.imported),
-                "libraries": ",".join(found.libraries) or "none",
-            }
-            if found.missing:
-                print(
-                    line(
-                        PART,
-                        "error",
-                        "npu_op_missing",
-                        ops=",".join(found.missing),
-                        **searched,
-                        next=f"the installed {KERNEL_PACKAGE} does not register them: rebuild "
-                        "the image with the pinned release (docs/images.md)",
-                    )
-                )
-                return 1
-            print(line(PART, "info", "npu_ops_registered", ops=",".join(ops), **searched))
-            return 0
+            return _registered(site)
         kernel = KernelFiles.from_zip(args.zip) if args.zip else KernelFiles.from_site(site)
         verdict = check(site, kernel)
     except InputError as exc:
-        print(line(PART, "error", "kernel_contents_bad_input", detail=str(exc)))
+        _say("error", "kernel_contents_bad_input", detail=str(exc))
         return 2
-    where = str(args.zip or site)
     searched = {
+        "kernel": str(args.zip or site),
         "packages": ",".join(LIBRARY_PACKAGES),
         "libraries": ",".join(verdict.libraries) or "none",
     }
     for item in verdict.missing:
         print(f"missing: {item}", file=sys.stderr)
     if verdict.missing:
-        print(
-            line(
-                PART,
-                "error",
-                "kernel_contents_missing",
-                kernel=where,
-                **searched,
-                missing="; ".join(verdict.missing),
-                next="the kernel release does not hold what SGLang imports: check "
-                "SGL_KERNEL_NPU_VERSION, CHIP and the asset (docs/images.md)",
-            )
+        _say(
+            "error",
+            "kernel_contents_missing",
+            **searched,
+            missing="; ".join(verdict.missing),
+            next="the kernel release does not hold what SGLang imports: check "
+            "SGL_KERNEL_NPU_VERSION, CHIP and the asset (docs/images.md)",
         )
         return 1
-    print(
-        line(PART, "info", "kernel_contents_ok", kernel=where, checked=verdict.checked, **searched)
-    )
+    _say("info", "kernel_contents_ok", **searched, checked=verdict.checked)
     return 0
 
 

@@ -1,24 +1,13 @@
 """``qwen-npu patches verify --build``: what a build host without an NPU can prove.
 
-Why this exists: the engine image is built on a host with the CANN toolkit and torch_npu but no
-NPU. There ``import torch`` loads torch_npu (torch's device-backend entry point), and SGLang's
-``is_npu()`` raises when torch_npu is loaded without a device, so the full ``verify``, which
-imports SGLang's target modules, cannot pass at build time (issue 22). This check imports no
-SGLang, torch or torch_npu code: it reads the installed sources, which is where the drift guard's
-evidence lives anyway. It proves, per patch:
-
-- ``target-missing``: the target module's source file is not found, or the pinned ``def`` is not in
-  it;
-- ``drifted``: a pinned ``def``'s ``core.tree_fingerprint`` differs from the pin;
-- ``pinned``: every pinned ``def`` is there with the pinned fingerprint;
-
-and, for the scatter patch, that the kernel it tunes still tiles by ``h_block_size``
-(``kernel_tiling`` on sgl-kernel-npu's source); and that the ``.pth`` start-up hook loads in a fresh
-interpreter of this environment. What it cannot prove (the behaviour probes, the rebinding, the
-effect on a live NPU) the full ``verify --strict`` proves at engine start (the image entrypoint).
-
-``site`` (``--site DIR``) reads the sources from another environment's site-packages: the cpu
-flavour of the image runs this check on the engine's Python version against its stand-in stack.
+Why this exists: the image is built where torch_npu is installed and no NPU is, and SGLang's
+``is_npu()`` raises there, so the full ``verify`` cannot run (issue 22). This check imports no
+SGLang, torch or torch_npu: from the installed sources it proves each pinned ``def`` is there
+(else ``target-missing``) with its pinned fingerprint (else ``drifted``; all: ``pinned``), that
+the kernel the scatter patch tunes still tiles by ``h_block_size``, the GDN contract links that
+source alone can tell, and that the ``.pth`` hook loads in a fresh interpreter. The rest (probes,
+rebinding, the NPU) ``verify --strict`` proves at engine start. ``--site DIR`` reads another
+environment's site-packages (the cpu image flavour's stand-in stack).
 """
 
 from __future__ import annotations
@@ -28,116 +17,48 @@ import importlib
 import os
 import subprocess
 import sys
-import tokenize
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qwen_npu.constants import UNKNOWN
-from qwen_npu.patches import core, kernel_tiling
+from qwen_npu.patches import core, gdn_contract
 from qwen_npu.patches.hook import ENV_HOOK
 from qwen_npu.patches.registry import PATCHES, PatchInfo
+from qwen_npu.upstream import kernels, source
 
 BUILD_OK = "pinned"
 
 
-@dataclass(frozen=True)
-class SourcePin:
-    """One ``def`` a patch's drift guard pins: where it lives and its fingerprint."""
-
-    module: str
-    qualname: str
-    fingerprint: str
-
-
-def _pins_of(info: PatchInfo, patch: Any) -> tuple[list[SourcePin], tuple[str, str] | None] | None:
-    """The patch's pinned defs (its ``PINS``) and the (module, name) of a kernel whose tiling it
-    relies on (its ``TUNED_KERNEL``, if any). None: the patch declares no pins.
-    """
-    pins = getattr(patch, "PINS", None)
-    if not pins:
-        return None
-    rows = [SourcePin(pin.module, pin.qualname, pin.fingerprint) for pin in pins]
-    return rows, getattr(patch, "TUNED_KERNEL", None)
-
-
-def module_source(name: str, search: list[str] | None = None) -> Path | None:
-    """The ``.py`` file of module ``name`` found on ``search`` (default ``sys.path``), unimported.
-
-    Looked up the way the path finder does, in the file system only (packages, namespace
-    packages, modules), so no ``__init__`` runs and nothing lands in ``sys.modules``.
-    """
-    dirs = [Path(d or ".") for d in (sys.path if search is None else search)]
-    *packages, leaf = name.split(".")
-    for part in packages:
-        regular = [d / part for d in dirs if (d / part / "__init__.py").is_file()]
-        dirs = regular[:1] or [d / part for d in dirs if (d / part).is_dir()]
-        if not dirs:
-            return None
-    for d in dirs:
-        for candidate in (d / leaf / "__init__.py", d / f"{leaf}.py"):
-            if candidate.is_file():
-                return candidate
-    return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        with tokenize.open(path) as handle:
-            return handle.read()
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-
-
-def _imported_from(source: str, name: str, importer: str) -> str | None:
-    """The module ``importer``'s source takes ``name`` from (``from X import name``)."""
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
-            if node.level == 0:
-                return node.module
-            base = importer.split(".")[: -node.level]
-            return ".".join([*base, node.module] if node.module else base)
-    return None
-
-
 def _kernel_tiling(module: str, kernel: str, search: list[str] | None) -> tuple[str, str]:
-    path = module_source(module, search)
-    source = _read(path) if path else None
-    if source is None:
+    """The tiling verdict of ``kernel`` as ``module`` imports it (``from X import kernel``)."""
+    text = source.read(source.find_module(module, search))
+    if text is None:
         return UNKNOWN, f"no source for {module}"
     try:
-        home = _imported_from(source, kernel, module) or module
+        home = source.imported_from(ast.parse(text), kernel, module) or module
     except SyntaxError as exc:
-        return UNKNOWN, f"{path} does not parse: {exc.msg}"
-    kernel_path = module_source(home, search)
-    kernel_source = _read(kernel_path) if kernel_path else None
+        return UNKNOWN, f"{module} does not parse: {exc.msg}"
+    kernel_source = source.read(source.find_module(home, search))
     if kernel_source is None:
         return UNKNOWN, f"no source for {home} (where {module} takes {kernel})"
-    try:
-        tiling = kernel_tiling.analyse_source(kernel_source, kernel)
-    except SyntaxError as exc:
-        return UNKNOWN, f"{kernel_path} does not parse: {exc.msg}"
+    tiling = kernels.tiling(kernel_source, kernel)
     return tiling.verdict, f"{home}.{kernel}: {tiling.reason}"
 
 
 def check_patch(info: PatchInfo, search: list[str] | None = None) -> dict[str, Any]:
     """One row: name, state (pinned, drifted, target-missing, unchecked), detail, effect."""
     patch = importlib.import_module(info.module)
-    found = _pins_of(info, patch)
     row: dict[str, Any] = {"name": info.name, "target": info.target}
-    if found is None:
-        return row | {
-            "state": "unchecked",
-            "detail": f"{info.module} declares no PINS (core.Pin) for the build check",
-        }
-    pins, kernel = found
-    seen: list[str] = []
+    pins = getattr(patch, "PINS", ())
+    if not pins:
+        detail = f"{info.module} declares no PINS (core.Pin) for the build check"
+        return row | {"state": "unchecked", "detail": detail}
     for pin in pins:
-        path = module_source(pin.module, search)
-        source = _read(path) if path else None
-        if source is None:
+        path = source.find_module(pin.module, search)
+        text = source.read(path)
+        if text is None:
             return row | {"state": "target-missing", "detail": f"no source for {pin.module}"}
-        actual = core.fingerprint_in_source(source, pin.qualname)
+        actual = source.fingerprint_in_source(text, pin.qualname)
         if actual is None:
             detail = f"{pin.qualname} is not defined in {path}"
             return row | {"state": "target-missing", "detail": detail}
@@ -147,10 +68,10 @@ def check_patch(info: PatchInfo, search: list[str] | None = None) -> dict[str, A
                 f"pinned {pin.fingerprint[:12]}..."
             )
             return row | {"state": "drifted", "detail": detail}
-        seen.append(pin.qualname)
-    row |= {"state": BUILD_OK, "detail": "source as pinned: " + ", ".join(seen)}
-    if kernel is not None:
-        row["effect"], row["effect_detail"] = _kernel_tiling(*kernel, search)
+    row |= {"state": BUILD_OK, "detail": "source as pinned: " + ", ".join(p.qualname for p in pins)}
+    if hasattr(patch, "TUNED_KERNEL"):
+        module, kernel = patch.TUNED_KERNEL
+        row["effect"], row["effect_detail"] = _kernel_tiling(module, kernel, search)
     return row
 
 
@@ -196,14 +117,12 @@ def gdn_readable(
     pool is unknown (it needs SGLang imported); with it, the kernel links are read against the
     pool SGLang 0.5.23 allocates (contiguous, V-major: ``pool_layout`` proves it at engine start),
     and ``decode_patch`` (the decode patch's build state) stands for its start-up state."""
-    try:  # lazy, inside the try: whatever its import raises must not stop the build's report
-        from qwen_npu.patches import gdn_contract, kernel_layout
-
+    try:
         sources = gdn_contract.Sources(build_pool=None, decode_patch=decode_patch)
         if site is not None:
             sources.sglang_dir = Path(site) / "sglang"
             sources.kernel_dir = Path(site) / "sgl_kernel_npu"
-        pool = gdn_contract.Pool(kernel_layout.V_MAJOR, True) if npu else None
+        pool = gdn_contract.Pool(kernels.V_MAJOR, True) if npu else None
         readers = {name: getattr(gdn_contract, name) for name in GDN_READABLE}
         found = {name: read(sources, pool).as_dict() for name, read in readers.items()}
         if npu:
@@ -214,7 +133,7 @@ def gdn_readable(
                         "evidence": f"unreadable in the NPU image: {found[name]['evidence']}",
                     }
         return found
-    except Exception as exc:  # the contract module changes under its owner: say so, do not stop
+    except Exception as exc:  # a reader's bug must not stop the build's report
         why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         return {
             name: {"verdict": "unknown", "evidence": f"not read: {why}"} for name in GDN_READABLE
@@ -233,7 +152,7 @@ def build_check(site: str | None = None, *, npu: bool = False) -> dict[str, Any]
     )
     ok = (
         hook_ok
-        and all(r["state"] == BUILD_OK and r.get("effect") != kernel_tiling.IGNORED for r in rows)
+        and all(r["state"] == BUILD_OK and r.get("effect") != kernels.IGNORED for r in rows)
         and all(v["verdict"] != "fail" for v in gdn.values())
     )
     return {

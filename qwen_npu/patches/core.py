@@ -21,23 +21,23 @@ and written to the state file when ``QWEN_NPU_STATE_DIR`` is set.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import copy
-import hashlib
 import inspect
-import json
 import os
+import sys
 import threading
-import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from types import ModuleType
+from typing import Any, Literal, TypeVar
 
 from qwen_npu.log import PartLog
 from qwen_npu.patches import modes
 from qwen_npu.patches import state as state_file
 from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo, disable_requests
+from qwen_npu.upstream.source import find_function as find_function  # tools/candidate's
+from qwen_npu.upstream.source import fingerprint_in_source, read
+from qwen_npu.upstream.source import tree_fingerprint as tree_fingerprint  # tools/candidate's
 
 log = PartLog("patches")
 
@@ -159,117 +159,17 @@ def record(info: PatchInfo, state: str, detail: str, effect: str | None = None) 
     return outcome
 
 
-def _strip_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            body = node.body
-            if (
-                body
-                and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)
-            ):
-                node.body = body[1:] or [ast.Pass()]
-    return tree
-
-
-def _canonical(node: object) -> object:
-    """The syntax tree as plain lists, the same on every Python the engine runs (3.10-3.13).
-
-    ``ast.dump`` is not: 3.12 adds ``type_params=[]`` to every function and class, 3.13 stops
-    printing empty fields. Here a field that is None or an empty list is left out on every version,
-    so a node type gaining an optional field changes nothing; positions are never included.
-    """
-    if isinstance(node, ast.AST):
-        fields = []
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if value is None or (isinstance(value, list) and not value):
-                continue
-            fields.append([name, _canonical(value)])
-        return [type(node).__name__, fields]
-    if isinstance(node, list):
-        return [_canonical(item) for item in node]
-    return [type(node).__name__, repr(node)]
-
-
-def tree_fingerprint(node: ast.AST) -> str:
-    """sha256 of a function's (or any node's) canonical tree, docstrings left out."""
-    tree = _strip_docstrings(copy.deepcopy(node))
-    text = json.dumps(_canonical(tree), separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
-
-
-def find_function(
-    tree: ast.AST, qualname: str, first_line: int | None = None
-) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The ``def`` whose qualified name is ``qualname`` (``Class.method``, ``f.<locals>.g``).
-
-    Where one name is defined more than once (``if``/``else`` variants), ``first_line`` (the code
-    object's ``co_firstlineno``) picks the one the running code came from.
-    """
-    found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                name = prefix + child.name
-                if name == qualname:
-                    found.append(child)
-                visit(child, name + ".<locals>.")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, prefix + child.name + ".")
-            else:
-                visit(child, prefix)
-
-    visit(tree, "")
-    if len(found) > 1 and first_line is not None:
-        found = [f for f in found if _first_line(f) == first_line] or found
-    return found[0] if found else None
-
-
-def fingerprint_in_source(source: str, qualname: str, first_line: int | None = None) -> str | None:
-    """The fingerprint of ``qualname`` as defined in a module's source text (None: not there)."""
-    try:
-        node = find_function(ast.parse(source), qualname, first_line)
-    except SyntaxError:
-        return None
-    return None if node is None else tree_fingerprint(node)
-
-
-def fingerprint_in_file(path: str | os.PathLike[str], qualname: str) -> str | None:
-    """``fingerprint_in_source`` of a file, read as Python reads it (its encoding cookie)."""
-    try:
-        with tokenize.open(path) as handle:
-            source = handle.read()
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    return fingerprint_in_source(source, qualname)
-
-
 def source_fingerprint(func: Callable[..., Any]) -> str | None:
-    """The fingerprint of a function's code: formatting, comments and docstrings do not count.
-
-    Read from the file the function was compiled from (``co_filename``), located by its qualified
-    name, so it does not depend on ``inspect``'s line heuristics and is the same value on every
-    Python version (``_canonical``). None when there is no Python source (a .pyc-only install, a
-    builtin); the signature check still runs.
-    """
+    """The fingerprint of a function's code (formatting, comments and docstrings do not count),
+    read from the file it was compiled from and located by its qualified name, so it is the same
+    on every Python version. None without Python source (a .pyc-only install, a builtin)."""
     func = inspect.unwrap(func)
     code = getattr(func, "__code__", None)
     qualname = getattr(func, "__qualname__", None)
-    if code is None or not isinstance(qualname, str):
+    source = read(code.co_filename) if code is not None else None
+    if source is None or not isinstance(qualname, str):
         return None
-    try:
-        with tokenize.open(code.co_filename) as handle:
-            source = handle.read()
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    return fingerprint_in_source(source, qualname, code.co_firstlineno)
+    return fingerprint_in_source(source, qualname, code.co_firstlineno)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -290,11 +190,6 @@ class Pin:
         return self.qualname if "." in self.qualname else f"{self.module}.{self.qualname}"
 
 
-def pin_mismatch(pin: Pin, func: Callable[..., Any]) -> str | None:
-    """None when ``func`` has the pinned shape, else a one-line explanation."""
-    return shape_mismatch(func, pin.params, pin.fingerprint, pin.what)
-
-
 def parameter_names(func: Callable[..., Any]) -> tuple[str, ...] | None:
     try:
         return tuple(inspect.signature(func).parameters)
@@ -302,18 +197,16 @@ def parameter_names(func: Callable[..., Any]) -> tuple[str, ...] | None:
         return None
 
 
-def shape_mismatch(
-    func: Callable[..., Any], params: tuple[str, ...], fingerprint: str, what: str
-) -> str | None:
-    """None when ``func`` looks like the pinned release's, else a one-line explanation."""
+def pin_mismatch(pin: Pin, func: Callable[..., Any]) -> str | None:
+    """None when ``func`` has the pinned shape, else a one-line explanation."""
     found = parameter_names(func)
-    if found != params:
-        return f"{what}: signature {found} differs from the pinned release's {params}"
+    if found != pin.params:
+        return f"{pin.what}: signature {found} differs from the pinned release's {pin.params}"
     digest = source_fingerprint(func)
-    if digest is not None and digest != fingerprint:
+    if digest is not None and digest != pin.fingerprint:
         return (
-            f"{what}: source fingerprint {digest[:16]} differs from the pinned release's "
-            f"{fingerprint[:16]}"
+            f"{pin.what}: source fingerprint {digest[:16]} differs from the pinned release's "
+            f"{pin.fingerprint[:16]}"
         )
     return None
 
@@ -382,46 +275,36 @@ def run(
     return record(info, "applied", detail + effect_note + probe_note, effect_name)
 
 
-class Once(Generic[T]):
-    """A patch's once-per-process guard: the first ``apply()`` runs the steps, later calls return
-    that first outcome; ``forget()`` (under ``lock``, from a patch's ``revert()``) starts over."""
+class Once:
+    """A patch's once-per-process guard over ``run``'s steps: the first ``apply()`` runs them,
+    later calls return that first outcome; ``forget()`` (under ``lock``) starts over."""
 
-    def __init__(
-        self,
-        info: PatchInfo,
-        *,
-        load: Callable[[], T],
-        probe: Callable[[T], Probe],
-        check: Callable[[T], str | None],
-        rebind: Callable[[T], str],
-        effect: Callable[[T], tuple[str, str]] | None = None,
-    ) -> None:
+    def __init__(self, info: PatchInfo, **steps: Any) -> None:
         self.info = info
         self.lock = threading.Lock()
-        self._steps = (load, probe, check, rebind)
-        self._effect = effect
+        self.steps = steps
         self._outcome: Outcome | None = None
 
     def apply(self) -> Outcome:
-        load, probe, check, rebind = self._steps
         with self.lock:
             if self._outcome is None:
-                self._outcome = run(
-                    self.info,
-                    load=load,
-                    probe=probe,
-                    check=check,
-                    rebind=rebind,
-                    effect=self._effect,
-                )
+                self._outcome = run(self.info, **self.steps)
             return self._outcome
 
     def behaviour(self) -> Probe:
         """The behaviour probe alone, on the target as it loads now, recording nothing
         (``make sglang-candidate`` reports it beside the state); raises what they raise."""
-        load, probe, _, _ = self._steps
-        return probe(load())
+        result: Probe = self.steps["probe"](self.steps["load"]())
+        return result
 
     def forget(self) -> None:
         self._outcome = None
         OUTCOMES.pop(self.info.name, None)
+
+
+def loaded(name: str) -> ModuleType:
+    """The imported module ``name``; TargetMissing while it is not imported."""
+    module = sys.modules.get(name)
+    if module is None:
+        raise TargetMissing(f"{name} is not imported")
+    return module

@@ -1,30 +1,20 @@
 """The GDN state contract: who reads and writes the SSM state pool, in which order and dtype.
 
 Why this exists: on Ascend the SSM state of Qwen3.5/3.6's GDN layers is held by SGLang's pool and
-read or written by four pieces of code from two projects (the AscendC prefill and verify ops, the
-Triton state mover, the Triton plain-decode kernel). With ``V == K == 128`` a piece that disagrees
-on the order never crashes, and a state dtype a chip's op cannot take garbles or fails. So each
-link (registry.GDN_CONTRACT) gets a verdict, ``pass``, ``fail`` or ``unknown``, with its evidence
-(file:line and what was read), checked where the code is:
-
-- ``pool_layout``: SGLang's real ``MambaPool`` built on CPU in its NPU configuration
-  (``memory_pool._is_npu`` set while it is built), V != K so the order is visible in the strides;
-- ``prefill_op``, ``verify_op``: SGLang's Ascend GDN backend source (which op it calls);
-- ``mover``, ``decode_kernel``: sgl-kernel-npu's Python source (``kernel_layout``), found on
-  ``sys.path`` without importing it (it needs an NPU);
-- ``ssm_dtype``: ``--mamba-ssm-dtype`` and ``--model-path`` from the command line,
-  ``SGLANG_MAMBA_SSM_DTYPE``, config.json (``checkpoint.model_config.resolve_ssm_dtype``), and the
-  chip (``hardware.chips``, ``QWEN_NPU_CHIP``).
-
-Missing files, unreadable sources and unexpected shapes give ``unknown`` naming what was missing;
-nothing here raises. ``report()`` logs one line per link and writes ``gdn_contract`` to the state
-file; ``qwen-npu patches verify`` shows the same object.
+read or written by four pieces of code from two projects; with ``V == K == 128`` a piece that
+disagrees on the order never crashes, and a dtype a chip's op cannot take garbles or fails. So each
+link (registry.GDN_CONTRACT) gets ``pass``, ``fail`` or ``unknown`` with its evidence (file:line
+and what was read): ``pool_layout`` from SGLang's real ``MambaPool`` built on CPU in its NPU
+configuration (V != K, so the order shows in the strides); ``prefill_op``, ``verify_op`` from
+SGLang's Ascend GDN backend source; ``mover``, ``decode_kernel`` from sgl-kernel-npu's source
+(``upstream.kernels``); ``ssm_dtype`` from the command line, ``SGLANG_MAMBA_SSM_DTYPE``,
+config.json and the chip (``hardware.chips``). Nothing here raises; ``report()`` logs one line
+per link and writes ``gdn_contract`` to the state file.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.machinery
 import inspect
 import logging
 import os
@@ -37,10 +27,12 @@ from typing import Any
 from qwen_npu.checkpoint import model_config
 from qwen_npu.hardware import chips
 from qwen_npu.log import PartLog
-from qwen_npu.patches import kernel_layout, modes
+from qwen_npu.patches import modes
 from qwen_npu.patches.core import OUTCOMES, swapped
 from qwen_npu.patches.registry import CONTRACT_VERDICTS, GDN_CONTRACT
 from qwen_npu.patches.state import write_gdn_contract
+from qwen_npu.upstream import kernels, source
+from qwen_npu.upstream.kernels import K_MAJOR, V_MAJOR
 
 log = PartLog("patches")
 
@@ -74,27 +66,16 @@ class Pool:
     """What the pool link found: the physical order of the state's (V, K) plane, and whether
     the temporal state is a dense tensor."""
 
-    order: str  # kernel_layout.V_MAJOR or K_MAJOR
+    order: str  # V_MAJOR or K_MAJOR
     contiguous: bool
-
-
-def _find_package(name: str) -> Path | None:
-    """The folder of a top-level package on sys.path, without importing it."""
-    try:
-        spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @dataclass
 class Sources:
     """What the check reads. The defaults are the engine's; tests point them elsewhere."""
 
-    sglang_dir: Path | None = field(default_factory=lambda: _find_package("sglang"))
-    kernel_dir: Path | None = field(default_factory=lambda: _find_package("sgl_kernel_npu"))
+    sglang_dir: Path | None = field(default_factory=lambda: source.package_dir("sglang"))
+    kernel_dir: Path | None = field(default_factory=lambda: source.package_dir("sgl_kernel_npu"))
     #: () -> (temporal, intermediate, conv list, source file:line); SGLang's MambaPool by default.
     build_pool: Callable[[], tuple[Any, Any, list[Any], str]] | None = None
     argv: Sequence[str] = field(default_factory=lambda: list(sys.argv))
@@ -200,13 +181,13 @@ def _order(tensor: Any) -> str | None:
     if shape[-2:] == (POOL_K, POOL_V):
         dense_kv = strides[-1] == 1 and strides[-2] == POOL_V
         transposed = strides[-2] == 1 and strides[-1] == POOL_K
-        return kernel_layout.K_MAJOR if dense_kv or transposed else None
+        return K_MAJOR if dense_kv or transposed else None
     if shape[-2:] != (POOL_V, POOL_K):
         return None
     if strides[-1] == 1 and strides[-2] == POOL_K:
-        return kernel_layout.V_MAJOR
+        return V_MAJOR
     if strides[-2] == 1 and strides[-1] == POOL_V:
-        return kernel_layout.K_MAJOR
+        return K_MAJOR
     return None
 
 
@@ -227,7 +208,7 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
         return Verdict(UNKNOWN, f"{where}: unexpected pool shape, not {label}: {facts}"), None
     pool = Pool(order, bool(temporal.is_contiguous()))
     dense = all(t.is_contiguous() for t in (temporal, intermediate, *conv))
-    if dense and order == spec_order == kernel_layout.V_MAJOR:
+    if dense and order == spec_order == V_MAJOR:
         return Verdict(
             PASS,
             f"{where}: built in its NPU configuration: {facts}: contiguous, "
@@ -247,14 +228,14 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
 
 def _backend_calls(sources: Sources) -> tuple[list[tuple[int, str]], str] | str:
     """Every call in AscendGDNAttnBackend as (line, callee), and the file; or why not."""
-
     if sources.sglang_dir is None:
         return "no sglang package on sys.path"
     path = sources.sglang_dir / BACKEND_FILE
+    text = source.read(path)
+    if text is None:
+        return f"cannot read {_short(path)}"
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"cannot read {_short(path)}: {_error(exc)}"
+        tree = ast.parse(text)
     except SyntaxError as exc:
         return f"{_short(path)}:{exc.lineno}: does not parse: {exc.msg}"
     cls = next(
@@ -262,8 +243,7 @@ def _backend_calls(sources: Sources) -> tuple[list[tuple[int, str]], str] | str:
     )
     if cls is None:
         return f"{_short(path)}: no class {BACKEND_CLASS}"
-    calls = [(n.lineno, ast.unparse(n.func)) for n in ast.walk(cls) if isinstance(n, ast.Call)]
-    return sorted(calls), _short(path)
+    return [(call.lineno, callee) for callee, call in source.calls(cls)], _short(path)
 
 
 def _against_pool(name: str, order: str, where: str, pool: Pool | None, pair: str) -> Verdict:
@@ -297,7 +277,7 @@ def _ascend_op(name: str, what: str) -> OpRule:
     return (
         lambda callee: callee == name,
         lambda _: f"{name}, {what}",
-        kernel_layout.V_MAJOR,
+        V_MAJOR,
         "the state is read transposed",
     )
 
@@ -306,7 +286,7 @@ def _ascend_op(name: str, what: str) -> OpRule:
 TRITON_CHUNK: OpRule = (
     lambda callee: callee.endswith(("chunk_gated_delta_rule", "chunk_gated_delta_rule_npu")),
     lambda callee: f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
-    kernel_layout.K_MAJOR,
+    K_MAJOR,
     "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
 )
 
@@ -327,25 +307,22 @@ def verify_op(sources: Sources, pool: Pool | None) -> Verdict:
 def _kernel_source(sources: Sources, relative: str) -> tuple[str, str] | str:
     if sources.kernel_dir is None:
         return f"sgl_kernel_npu is not on sys.path: no {relative} to read"
-    path = sources.kernel_dir / relative
-    try:
-        return path.read_text(encoding="utf-8"), _short(path)
-    except FileNotFoundError:
+    text = source.read(sources.kernel_dir / relative)
+    if text is None:
         return f"no sgl_kernel_npu/{relative} (sgl_kernel_npu found at {sources.kernel_dir})"
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"cannot read {_short(path)}: {_error(exc)}"
+    return text, _short(sources.kernel_dir / relative)
 
 
 def mover(sources: Sources, pool: Pool | None) -> Verdict:
     found = _kernel_source(sources, MOVER_FILE)
     if isinstance(found, str):
         return Verdict(UNKNOWN, found)
-    source, path = found
-    reading = kernel_layout.mover_strides(source)
+    text, path = found
+    reading = kernels.mover_strides(text)
     where = f"{path}:{reading.line}" if reading.line else path
-    if reading.verdict == kernel_layout.SOURCE_ORDER:
+    if reading.verdict == kernels.SOURCE_ORDER:
         return Verdict(PASS, f"{where}: {reading.reason}")
-    if reading.verdict == kernel_layout.STRIDE_HONOURING:
+    if reading.verdict == kernels.STRIDE_HONOURING:
         if pool is None:
             return Verdict(UNKNOWN, f"{where}: {reading.reason}; the pool's layout is unknown")
         if pool.contiguous:
@@ -373,8 +350,8 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
     found = _kernel_source(sources, DECODE_FILE)
     if isinstance(found, str):
         return Verdict(UNKNOWN, found)
-    source, path = found
-    reading = kernel_layout.decode_addressing(source, DECODE_WRAPPER)
+    text, path = found
+    reading = kernels.decode_addressing(text, DECODE_WRAPPER)
     where = f"{path}:{reading.line}" if reading.line else path
     if reading.verdict == UNKNOWN:
         return Verdict(UNKNOWN, f"{where}: {reading.reason}")
@@ -418,7 +395,7 @@ def ssm_dtype(sources: Sources) -> Verdict:
     flag = modes.flag_value(argv, "--mamba-ssm-dtype")
     model = modes.flag_value(argv, "--model-path", "--model")
     dtype: str | None = None
-    source = ""
+    origin = ""
     missing = (
         f"no --mamba-ssm-dtype, no valid {model_config.SSM_DTYPE_ENV} and no --model-path to "
         "read config.json's mamba_ssm_dtype from"
@@ -427,19 +404,19 @@ def ssm_dtype(sources: Sources) -> Verdict:
         if model is not None:
             try:
                 config = model_config.read_model_config(model, mamba_ssm_dtype=flag, environ=env)
-                dtype, source = config.mamba_ssm_dtype, config.mamba_ssm_dtype_source
-                if source == "config":
-                    source = f"{_short(model_config.config_path(model))} mamba_ssm_dtype"
+                dtype, origin = config.mamba_ssm_dtype, config.mamba_ssm_dtype_source
+                if origin == "config":
+                    origin = f"{_short(model_config.config_path(model))} mamba_ssm_dtype"
             except (model_config.ModelConfigError, OSError) as exc:
                 missing = _error(exc)
         if dtype is None:
             if flag is None and env.get(model_config.SSM_DTYPE_ENV) not in model_config.SSM_DTYPES:
                 return Verdict(UNKNOWN, missing)
-            dtype, source, _ = model_config.resolve_ssm_dtype(None, flag, env)
+            dtype, origin, _ = model_config.resolve_ssm_dtype(None, flag, env)
     except model_config.ModelConfigError as exc:
         return Verdict(UNKNOWN, _error(exc))
     names = {"flag": "--mamba-ssm-dtype", "env": model_config.SSM_DTYPE_ENV}
-    where = names.get(source, source)
+    where = names.get(origin, origin)
     said = f"{dtype} from {where}, {chip_note}"
     speculative = modes.flag_value(argv, "--speculative-algorithm") is not None
     problem = chips.ssm_state_problem(chip, dtype, mtp=speculative)

@@ -28,9 +28,9 @@ from typing import Any
 
 
 def _def_node(source: str, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
-    from qwen_npu.patches import core
+    from qwen_npu.upstream.source import find_function
 
-    node = core.find_function(ast.parse(source), qualname)
+    node = find_function(ast.parse(source), qualname)
     assert node is not None, qualname
     return node
 
@@ -96,8 +96,8 @@ def guard(work: Path, source: str, pin: Any, edit: str) -> str | None:
 def pins(repo: Path, site: Path, work: Path) -> tuple[list[dict[str, Any]], list[str]]:
     import importlib
 
-    from qwen_npu.patches import core
     from qwen_npu.patches.registry import PATCHES
+    from qwen_npu.upstream.source import fingerprint_in_source, read
 
     rows, unpinned = [], []
     for info in PATCHES:
@@ -112,7 +112,7 @@ def pins(repo: Path, site: Path, work: Path) -> tuple[list[dict[str, Any]], list
                     "patch": info.name,
                     "qualname": pin.qualname,
                     "pinned": pin.fingerprint,
-                    "file": core.fingerprint_in_file(path, pin.qualname),
+                    "file": fingerprint_in_source(read(path) or "", pin.qualname),
                     "guard": guard(work, source, pin, ""),
                     "guard_cosmetic": guard(work, source, pin, "cosmetic"),
                     "guard_changed": guard(work, source, pin, "changed"),

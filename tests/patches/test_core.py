@@ -146,12 +146,14 @@ def test_fingerprint_same_body_same_hash(tmp_path: Path) -> None:
     assert hashes[0] != hashes[2]  # the code does
 
 
-def test_shape_mismatch_messages() -> None:
+def test_pin_mismatch_messages() -> None:
     fp = core.source_fingerprint(_one)
     assert fp is not None
-    assert core.shape_mismatch(_one, ("x",), fp, "demo") is None
-    assert "signature ('x',) differs" in (core.shape_mismatch(_one, ("y",), fp, "demo") or "")
-    assert "source fingerprint" in (core.shape_mismatch(_one, ("x",), "0" * 64, "demo") or "")
+    assert core.pin_mismatch(core.Pin("demo", "_one", ("x",), fp), _one) is None
+    wrong_params = core.pin_mismatch(core.Pin("demo", "_one", ("y",), fp), _one)
+    assert "signature ('x',) differs" in (wrong_params or "")
+    wrong_code = core.pin_mismatch(core.Pin("demo", "_one", ("x",), "0" * 64), _one)
+    assert "source fingerprint" in (wrong_code or "")
 
 
 def test_swapped_restores_and_removes() -> None:

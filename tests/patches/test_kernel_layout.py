@@ -1,4 +1,4 @@
-"""kernel_layout: the state order a decode kernel addresses, and whether a mover honours strides,
+"""upstream.kernels: the state order a decode kernel addresses, and whether a mover honours strides,
 read from kernel sources of each kind (the stand-ins, SGLang's own kernel, edited variants)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_npu.patches import kernel_layout as kl
+from qwen_npu.upstream import kernels as kl
 from tools.paths import STUBS
 
 from .gdn_kernels import K_MAJOR_ADDRESS, V_MAJOR_ADDRESS, kernel_source

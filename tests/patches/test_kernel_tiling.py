@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.patches import cli, kernel_tiling
+from qwen_npu.patches import cli
 from qwen_npu.patches.fixes import mamba_scatter_ub_aware as scatter
-from qwen_npu.patches.kernel_tiling import IGNORED, TILES, UNKNOWN, analyse, analyse_source
 from qwen_npu.patches.state import read_state
+from qwen_npu.upstream.kernels import IGNORED, TILES, UNKNOWN, installed_tiling, tiling
 
 #: Tiles, but through a local name and a positional argument, with tl.range.
 TILES_POSITIONAL = """
@@ -68,7 +68,7 @@ def move_intermediate_cache(ssm, cache, dst, src, steps):
 
 
 def test_the_stub_kernel_tiles(kernel_stub: ModuleType) -> None:
-    tiling = analyse(kernel_stub.move_intermediate_cache)
+    tiling = installed_tiling(kernel_stub.move_intermediate_cache)
     assert tiling.verdict == TILES
     assert "loops over H in steps of H_BLOCK_SIZE" in tiling.reason
 
@@ -83,9 +83,9 @@ def test_the_stub_kernel_tiles(kernel_stub: ModuleType) -> None:
     ],
 )
 def test_verdicts_from_source(source: str, verdict: str, reason: str) -> None:
-    tiling = analyse_source(source, "move_intermediate_cache")
-    assert tiling.verdict == verdict
-    assert reason in tiling.reason
+    found = tiling(source, "move_intermediate_cache")
+    assert found.verdict == verdict
+    assert reason in found.reason
 
 
 def test_no_source_is_unknown() -> None:
@@ -94,7 +94,7 @@ def test_no_source_is_unknown() -> None:
         compile("def move_intermediate_cache(a, h_block_size=2): pass", "<built>", "exec"),
         namespace,
     )
-    assert analyse(namespace["move_intermediate_cache"]).verdict == UNKNOWN
+    assert installed_tiling(namespace["move_intermediate_cache"]).verdict == UNKNOWN
 
 
 def load_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> ModuleType:
@@ -176,4 +176,4 @@ def test_the_pinned_setup_reports_tiles(backend: ModuleType) -> None:
     """What `make verify-patches` sees: SGLang 0.5.23 with the tests/stubs kernel."""
     outcome = scatter.apply()
     assert (outcome.state, outcome.effect) == ("applied", TILES)
-    assert kernel_tiling.analyse(scatter._original).verdict == TILES
+    assert installed_tiling(scatter._original).verdict == TILES

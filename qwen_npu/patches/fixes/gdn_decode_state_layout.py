@@ -36,7 +36,7 @@ How: applied when ``gdn_triton`` has been imported (see ``hook``). Behaviour pro
 ``decode`` is run on tiny CPU tensors against a recording stand-in kernel; if it hands the kernel
 something other than the pool itself, or the kernel it calls (the name
 ``fused_sigmoid_gating_delta_rule_update`` in ``gdn_triton``) addresses the state V-major
-(``kernel_layout.decode_addressing``, read from its source), the fix is upstream. Drift guard:
+(``kernels.decode_addressing``, read from its source), the fix is upstream. Drift guard:
 0.5.23's signature and source fingerprint of ``TritonGDNKernel.decode``, a kernel that still takes
 ``initial_state_source``/``initial_state_indices``, and an addressing that reads as K-major (an
 unreadable one is drift: transposing for a kernel that no longer needs it would break it). The
@@ -62,7 +62,6 @@ Remove when: the installed decode kernel addresses the state V-major (this patch
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import sys
 import threading
@@ -70,11 +69,11 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from qwen_npu.constants import UNKNOWN
 from qwen_npu.log import PartLog
-from qwen_npu.patches import core, gdn_contract, kernel_layout
+from qwen_npu.patches import core, gdn_contract
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.registry import get_patch
+from qwen_npu.upstream import kernels, source
 
 INFO = get_patch("gdn-decode-state-layout")
 (GDN_TRITON,) = TRIGGERS[__name__]
@@ -243,9 +242,7 @@ def with_kernel(function: Any, module: Any, kernel: Callable[..., Any]) -> Any:
 
 
 def _load() -> Any:
-    module = sys.modules.get(GDN_TRITON)
-    if module is None:
-        raise core.TargetMissing(f"{GDN_TRITON} is not imported")
+    module = core.loaded(GDN_TRITON)
     cls = getattr(module, CLASS, None)
     if cls is None or not callable(getattr(cls, METHOD, None)):
         raise core.TargetMissing(f"{GDN_TRITON} has no {CLASS}.{METHOD}")
@@ -268,16 +265,15 @@ def _kernel(module: Any) -> Any:
     return getattr(module, KERNEL)
 
 
-def addressing(module: Any) -> kernel_layout.Reading:
+def addressing(module: Any) -> kernels.Reading:
     """How the kernel SGLang's decode calls addresses the state, read from its module's source."""
     kernel = _kernel(module)
     where = f"{getattr(kernel, '__module__', '?')}:{getattr(kernel, '__name__', '?')}"
-    try:
-        source = inspect.getsource(sys.modules[kernel.__module__])
-    except (AttributeError, KeyError, OSError, TypeError):
-        return kernel_layout.Reading(UNKNOWN, None, f"no source for {where}")
-    reading = kernel_layout.decode_addressing(source, kernel.__name__)
-    return kernel_layout.Reading(reading.verdict, reading.line, f"{where}: {reading.reason}")
+    text = source.module_source(kernel)
+    if text is None:
+        return kernels.Reading(kernels.UNKNOWN, None, f"no source for {where}")
+    reading = kernels.decode_addressing(text, kernel.__name__)
+    return kernels.Reading(reading.verdict, reading.line, f"{where}: {reading.reason}")
 
 
 def _probe(module: Any) -> core.Probe:
@@ -308,9 +304,9 @@ def _probe(module: Any) -> core.Probe:
     if state.stride() != pool.stride():
         return "fixed"
     reading = addressing(module)
-    if reading.verdict == kernel_layout.V_MAJOR:
+    if reading.verdict == kernels.V_MAJOR:
         return "fixed"
-    return "needed" if reading.verdict == kernel_layout.K_MAJOR else None
+    return "needed" if reading.verdict == kernels.K_MAJOR else None
 
 
 def _check(module: Any) -> str | None:
@@ -322,7 +318,7 @@ def _check(module: Any) -> str | None:
     if params is not None and not set(KERNEL_PARAMS) <= set(params):
         return f"{KERNEL}: parameters {params} lack {KERNEL_PARAMS} (sgl-kernel-npu changed)"
     reading = addressing(module)
-    if reading.verdict != kernel_layout.K_MAJOR:
+    if reading.verdict != kernels.K_MAJOR:
         return f"the decode kernel's state addressing is {reading.verdict}: {reading.reason}"
     return None
 

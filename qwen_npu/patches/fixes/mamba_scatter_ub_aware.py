@@ -18,8 +18,8 @@ signature and source fingerprint of ``update_mamba_state_after_mtp_verify``, and
 that still has ``h_block_size``. Behaviour probe: SGLang's method run on tiny CPU tensors against a
 recording stand-in kernel; if it passes ``h_block_size`` itself, the fix is upstream. Effect: the
 installed kernel module's source must still loop over H in steps of ``h_block_size``
-(``kernel_tiling``); if it accepts the parameter and ignores it, the patch is reported as applied
-without effect (``effect: ignored``; ``patches verify --strict`` fails).
+(``upstream.kernels.tiling``); if it accepts the parameter and ignores it, the patch is reported
+as applied without effect (``effect: ignored``; ``patches verify --strict`` fails).
 
 Upstream: https://github.com/sgl-project/sglang/pull/34353 (fix 3, the Ascend backend).
 Remove when: SGLang passes ``h_block_size`` itself (this patch then reports ``upstream-fixed``), or
@@ -35,10 +35,11 @@ from typing import Any
 
 from qwen_npu.hardware import ub_plan
 from qwen_npu.log import PartLog
-from qwen_npu.patches import core, kernel_tiling
+from qwen_npu.patches import core
 from qwen_npu.patches.hook import TRIGGERS
 from qwen_npu.patches.registry import get_patch
 from qwen_npu.patches.state import write_ub_plan
+from qwen_npu.upstream import kernels
 
 log = PartLog("patches")
 
@@ -131,9 +132,7 @@ def ub_aware_move_intermediate_cache(
 
 
 def _load() -> Any:
-    module = sys.modules.get(BACKEND_MODULE)
-    if module is None:
-        raise core.TargetMissing(f"{BACKEND_MODULE} is not imported")
+    module = core.loaded(BACKEND_MODULE)
     caller_cls = getattr(module, CALLER_CLASS, None)
     if caller_cls is None or not callable(getattr(caller_cls, CALLER, None)):
         raise core.TargetMissing(f"{BACKEND_MODULE} has no {CALLER_CLASS}.{CALLER}")
@@ -192,10 +191,10 @@ def _effect(module: Any) -> tuple[str, str]:
     kernel = getattr(module, KERNEL)
     if kernel is ub_aware_move_intermediate_cache:
         kernel = _original
-    tiling = kernel_tiling.analyse(kernel)
-    if tiling.verdict == kernel_tiling.TILES:
+    tiling = kernels.installed_tiling(kernel)
+    if tiling.verdict == kernels.TILES:
         return tiling.verdict, f"kernel tiles by h_block_size: {tiling.reason}"
-    if tiling.verdict == kernel_tiling.IGNORED:
+    if tiling.verdict == kernels.IGNORED:
         return tiling.verdict, f"WITHOUT EFFECT: the kernel ignores h_block_size: {tiling.reason}"
     return tiling.verdict, f"kernel tiling unknown: {tiling.reason}"
 
@@ -208,11 +207,7 @@ def _rebind(module: Any) -> str:
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind, effect=_effect)
-
-
-def apply() -> core.Outcome:
-    """Apply once per process (later calls return the first outcome)."""
-    return _once.apply()
+apply = _once.apply  # once per process: later calls return the first outcome
 
 
 def active() -> bool:

@@ -135,11 +135,7 @@ def _rebind(t: _Targets) -> str:
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-
-
-def apply() -> core.Outcome:
-    """Apply once per process (later calls return the first outcome)."""
-    return _once.apply()
+apply = _once.apply  # once per process: later calls return the first outcome
 
 
 def active() -> bool:

@@ -83,9 +83,7 @@ def mtp_quant_config_modelslim_aware(quant_config: Any) -> Any:
 
 
 def _load() -> Any:
-    module = sys.modules.get(MTP_MODULE)
-    if module is None:
-        raise core.TargetMissing(f"{MTP_MODULE} is not imported")
+    module = core.loaded(MTP_MODULE)
     if not callable(getattr(module, FUNCTION, None)):
         raise core.TargetMissing(f"{MTP_MODULE} has no {FUNCTION}")
     return module
@@ -153,11 +151,7 @@ def _rebind(module: Any) -> str:
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-
-
-def apply() -> core.Outcome:
-    """Apply once per process (later calls return the first outcome)."""
-    return _once.apply()
+apply = _once.apply  # once per process: later calls return the first outcome
 
 
 def active() -> bool:

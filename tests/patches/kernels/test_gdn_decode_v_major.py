@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from qwen_npu.patches import kernel_layout
 from qwen_npu.patches.fixes import gdn_decode_state_layout as patch
+from qwen_npu.upstream import kernels
 
 
 def test_the_v_major_kernel_reads_as_v_major_to_the_projects_own_reader(
     v_major_kernel: ModuleType,
 ) -> None:
     source = Path(v_major_kernel.__file__).read_text()
-    reading = kernel_layout.decode_addressing(source, patch.V_MAJOR_KERNEL)
-    assert reading.verdict == kernel_layout.V_MAJOR, reading
+    reading = kernels.decode_addressing(source, patch.V_MAJOR_KERNEL)
+    assert reading.verdict == kernels.V_MAJOR, reading

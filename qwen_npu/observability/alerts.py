@@ -1,344 +1,316 @@
-"""Every alert and recording rule, one section per rule group, in the order the rule file lists
-them; ``GROUPS`` is that order. Each section says what its alerts watch and why.
+"""Every alert and recording rule, one section per rule group in the rule file's order
+(``GROUPS``), and how they become the rule YAML.
 
-Why one module: the groups are declarations of one shape (``rules.Alert``, ``rules.Recording``),
-each a few dozen lines; side by side they read as the one list the runbook's sections follow.
+An ``expr`` or ``description`` is a ``%(name)s`` template over the config's helpers (``window``,
+``without_ranks``, ``npu``) and the threshold keys the alert declares in ``needs``: an undeclared
+key, or one the config lacks, is an error at generation time. ``runbook_url`` comes from the
+config's pattern and the lowercased alert name (its section's anchor in docs/runbook.md). A
+``Recording`` defines a quantity once, so a panel and the alert that watches it cannot disagree.
 """
 
 from __future__ import annotations
 
-from qwen_npu.observability.rules import Alert, AlertGroup, Recording
+from dataclasses import dataclass
+from typing import Literal
+
+from qwen_npu.observability.config import Config, threshold_placeholder
+
+
+class AlertDefinitionError(ValueError):
+    """An alert uses or needs something the config does not provide."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str  # CamelCase, prefixed QwenNpu; its lowercase form is the runbook anchor
+    severity: Literal["warning", "critical"]
+    for_: str  # Prometheus duration
+    summary: str  # static one-liner
+    description: str  # templated with $labels / $value, and %(threshold)s
+    expr: str
+    needs: tuple[str, ...] = ()  # threshold keys used by expr/description
+
+
+@dataclass(frozen=True)
+class Recording:
+    record: str  # level:metric:operations, e.g. qwen_npu:spec_accept_length:rate10m
+    expr: str  # no thresholds: a recorded series is a fact, not a verdict
+    help: str
+    unit: str = "short"  # Grafana unit id of the quantity
+
+    def series_names(self) -> tuple[str, ...]:
+        return (self.record,)
+
+
+@dataclass(frozen=True)
+class AlertGroup:
+    name: str
+    alerts: tuple[Alert, ...] = ()
+    recordings: tuple[Recording, ...] = ()
+
 
 # --- engine ---------------------------------------------------------------------------------------
-# Engine liveness alerts: down, not ready, and a startup that outlives its budget.
-#
-# All three read the sidecar's view of the engine (``qwen_npu_engine_*``), which keeps reporting
-# while the engine is loading or wedged. ``qwen_npu_engine_startup_elapsed_seconds`` grows until the
-# first ready and then freezes, so "it stopped changing" is how the rules tell a finished startup
-# from one in progress: a loading engine pages as StartupSlow, never as Down or NotReady.
+# All three read the sidecar's view of the engine, which keeps reporting while the engine loads or
+# hangs. The startup elapsed gauge freezes at the first ready, so "it stopped changing" tells a
+# finished startup from one in progress: a loading engine pages as StartupSlow only.
 
 _STARTED = "changes(qwen_npu_engine_startup_elapsed_seconds[5m]) == 0"
 
-ENGINE_DOWN = Alert(
-    name="QwenNpuEngineDown",
-    severity="critical",
-    for_="2m",
-    summary="The SGLang engine does not answer its health endpoint.",
-    description=(
-        "The sidecar at {{ $labels.instance }} (pod {{ $labels.pod }}) has not reached the engine"
-        " for 2 minutes after it had finished starting. Check the engine container's logs and"
-        " restarts."
+ENGINE = AlertGroup(
+    "qwen-npu.engine",
+    (
+        Alert(
+            "QwenNpuEngineDown",
+            "critical",
+            "2m",
+            "The SGLang engine does not answer its health endpoint.",
+            "The sidecar at {{ $labels.instance }} (pod {{ $labels.pod }}) has not reached the"
+            " engine for 2 minutes after it had finished starting. Check the engine container's"
+            " logs and restarts.",
+            f"(qwen_npu_engine_up == 0) and ({_STARTED})",
+        ),
+        Alert(
+            "QwenNpuEngineNotReady",
+            "warning",
+            "5m",
+            "The engine answers but is not ready to serve (and is not draining).",
+            "The engine behind {{ $labels.instance }} (pod {{ $labels.pod }}) has been up but not"
+            " ready for 5 minutes after its startup finished; its health generation fails or"
+            " hangs.",
+            "(qwen_npu_engine_ready == 0) and (qwen_npu_engine_up == 1)"
+            f" and (qwen_npu_engine_draining == 0) and ({_STARTED})",
+        ),
+        Alert(
+            "QwenNpuStartupSlow",
+            "warning",
+            "1m",
+            "The engine is taking longer than its startup budget to become ready.",
+            "The engine behind {{ $labels.instance }} (pod {{ $labels.pod }}) has been starting"
+            " for {{ $value | humanizeDuration }}, over the budget of %(startupBudgetSeconds)s s,"
+            " and is still not ready.",
+            "(qwen_npu_engine_startup_elapsed_seconds > %(startupBudgetSeconds)s)"
+            " and on (instance, job) (qwen_npu_engine_ready == 0)",
+            needs=("startupBudgetSeconds",),
+        ),
     ),
-    expr=f"(qwen_npu_engine_up == 0) and ({_STARTED})",
 )
-
-ENGINE_NOT_READY = Alert(
-    name="QwenNpuEngineNotReady",
-    severity="warning",
-    for_="5m",
-    summary="The engine answers but is not ready to serve (and is not draining).",
-    description=(
-        "The engine behind {{ $labels.instance }} (pod {{ $labels.pod }}) has been up but not"
-        " ready for 5 minutes after its startup finished; its health generation fails or hangs."
-    ),
-    expr=(
-        "(qwen_npu_engine_ready == 0) and (qwen_npu_engine_up == 1)"
-        f" and (qwen_npu_engine_draining == 0) and ({_STARTED})"
-    ),
-)
-
-STARTUP_SLOW = Alert(
-    name="QwenNpuStartupSlow",
-    severity="warning",
-    for_="1m",
-    summary="The engine is taking longer than its startup budget to become ready.",
-    description=(
-        "The engine behind {{ $labels.instance }} (pod {{ $labels.pod }}) has been starting for"
-        " {{ $value | humanizeDuration }}, over the budget of %(startupBudgetSeconds)s s, and is"
-        " still not ready."
-    ),
-    expr=(
-        "(qwen_npu_engine_startup_elapsed_seconds > %(startupBudgetSeconds)s)"
-        " and on (instance, job) (qwen_npu_engine_ready == 0)"
-    ),
-    needs=("startupBudgetSeconds",),
-)
-
-ENGINE = AlertGroup("qwen-npu.engine", (ENGINE_DOWN, ENGINE_NOT_READY, STARTUP_SLOW))
 
 
 # --- slo ------------------------------------------------------------------------------------------
-# Latency and backlog alerts on SGLang's own histograms and gauges.
-#
-# The SLO alerts compare the p99 over the config's rate window with the chart's threshold, for ten
-# minutes, and only while the engine serves traffic (``histogram_quantile`` of no requests is NaN,
-# which never compares true). TP/PP ranks of one engine are folded into one series.
-
-
-def _p99(histogram: str) -> str:
-    return f"histogram_quantile(0.99, sum %(without_ranks)s (rate({histogram}_bucket[%(window)s])))"
+# p99 over the rate window against the chart's threshold for ten minutes, only while traffic
+# flows (a quantile of no requests is NaN, which never compares true); ranks folded.
 
 
 def _p99_slo_burn(name: str, what: str, histogram: str, threshold: str) -> Alert:
-    """An SLO burn alert: the p99 of ``histogram`` over the ``threshold`` value for 10 minutes."""
     return Alert(
-        name=name,
-        severity="warning",
-        for_="10m",
-        summary=f"{what.capitalize()} is over its SLO.",
-        description=(
-            f"p99 {what} of {{{{ $labels.model_name }}}} on {{{{ $labels.instance }}}} is"
-            f" {{{{ $value | humanizeDuration }}}}, over the SLO of %({threshold})s s,"
-            " for 10 minutes."
-        ),
-        expr=_p99(histogram) + f" > %({threshold})s",
+        name,
+        "warning",
+        "10m",
+        f"{what.capitalize()} is over its SLO.",
+        f"p99 {what} of {{{{ $labels.model_name }}}} on {{{{ $labels.instance }}}} is"
+        f" {{{{ $value | humanizeDuration }}}}, over the SLO of %({threshold})s s,"
+        " for 10 minutes.",
+        "histogram_quantile(0.99, sum %(without_ranks)s"
+        f" (rate({histogram}_bucket[%(window)s]))) > %({threshold})s",
         needs=(threshold,),
     )
 
 
-TTFT_SLO_BURN = _p99_slo_burn(
-    "QwenNpuTTFTSLOBurn", "time to first token", "sglang:time_to_first_token_seconds",
-    "ttftP99Seconds",
-)  # fmt: skip
-TPOT_SLO_BURN = _p99_slo_burn(
-    "QwenNpuTPOTSLOBurn", "time per output token",
-    "sglang:request_time_per_output_token_seconds", "tpotP99Seconds",
-)  # fmt: skip
-
-QUEUE_GROWING = Alert(
-    name="QwenNpuQueueGrowing",
-    severity="warning",
-    for_="10m",
-    summary="Requests are piling up in the engine's waiting queue.",
-    description=(
-        "{{ $value }} requests wait in the queue of {{ $labels.model_name }} on"
-        " {{ $labels.instance }} (more than %(queueDepth)s, and still growing over 10 minutes)."
+SLO = AlertGroup(
+    "qwen-npu.slo",
+    (
+        _p99_slo_burn(
+            "QwenNpuTTFTSLOBurn", "time to first token", "sglang:time_to_first_token_seconds",
+            "ttftP99Seconds",
+        ),
+        _p99_slo_burn(
+            "QwenNpuTPOTSLOBurn", "time per output token",
+            "sglang:request_time_per_output_token_seconds", "tpotP99Seconds",
+        ),
+        Alert(
+            "QwenNpuQueueGrowing",
+            "warning",
+            "10m",
+            "Requests are piling up in the engine's waiting queue.",
+            "{{ $value }} requests wait in the queue of {{ $labels.model_name }} on"
+            " {{ $labels.instance }} (more than %(queueDepth)s, and still growing over 10"
+            " minutes).",
+            "(max %(without_ranks)s (sglang:num_queue_reqs) > %(queueDepth)s)"
+            " and (max %(without_ranks)s (deriv(sglang:num_queue_reqs[10m])) > 0)",
+            needs=("queueDepth",),
+        ),
     ),
-    expr=(
-        "(max %(without_ranks)s (sglang:num_queue_reqs) > %(queueDepth)s)"
-        " and (max %(without_ranks)s (deriv(sglang:num_queue_reqs[10m])) > 0)"
-    ),
-    needs=("queueDepth",),
-)
-
-SLO = AlertGroup("qwen-npu.slo", (TTFT_SLO_BURN, TPOT_SLO_BURN, QUEUE_GROWING))
+)  # fmt: skip
 
 
 # --- output ---------------------------------------------------------------------------------------
-# Output quality: speculative acceptance (recorded once) and the alerts on it and the canary.
-#
-# Acceptance is defined here, once, as recording rules over SGLang's counters (generated tokens per
-# verify call over 10 minutes, per engine); the dashboards plot the recorded series and
-# QwenNpuSpecAcceptanceCollapse compares it with its threshold, so the panel and the alert cannot
-# disagree. It only exists while MTP runs and traffic flows; a collapse means the draft module is
-# wrong (e.g. a quantized MTP head or a corrupted mamba state), which is also what the canary
-# catches on the output side (the garbled Qwen3.6 NEXTN text of sgl-kernel-npu PR #748).
+# Acceptance is recorded once (generated tokens per verify call over 10 minutes, per engine): the
+# dashboards plot it and the collapse alert compares it. It exists only while MTP runs and traffic
+# flows; a collapse means a wrong draft module (a quantized MTP head, a corrupted mamba state),
+# which the canary catches on the output side (the garbled NEXTN text of sgl-kernel-npu PR #748).
 
 SPEC_ACCEPT_LENGTH = Recording(
-    record="qwen_npu:spec_accept_length:rate10m",
-    expr=(
-        "sum %(without_ranks)s (rate(sglang:generation_tokens_total[10m]))"
-        " / (sum %(without_ranks)s (rate(sglang:spec_verify_calls_total[10m])) > 0)"
-    ),
-    help="Tokens per verify step over 10 minutes, per engine and model: generated tokens over "
+    "qwen_npu:spec_accept_length:rate10m",
+    "sum %(without_ranks)s (rate(sglang:generation_tokens_total[10m]))"
+    " / (sum %(without_ranks)s (rate(sglang:spec_verify_calls_total[10m])) > 0)",
+    "Tokens per verify step over 10 minutes, per engine and model: generated tokens over "
     "verify calls (accepted drafts + the bonus token). Absent without verify calls in the window "
     "(MTP off, no traffic).",
 )
 SPEC_ACCEPT_RATE = Recording(
-    record="qwen_npu:spec_accept_rate:rate10m",
-    expr=(
-        "clamp((qwen_npu:spec_accept_length:rate10m - 1)"
-        " / ((max %(without_ranks)s (sglang:spec_num_draft_tokens) > 1) - 1), 0, 1)"
-    ),
-    help="Accepted share of the proposed drafts over 10 minutes, per engine and model: (tokens "
+    "qwen_npu:spec_accept_rate:rate10m",
+    "clamp((qwen_npu:spec_accept_length:rate10m - 1)"
+    " / ((max %(without_ranks)s (sglang:spec_num_draft_tokens) > 1) - 1), 0, 1)",
+    "Accepted share of the proposed drafts over 10 minutes, per engine and model: (tokens "
     "per verify step - 1) / (draft tokens per verify - 1).",
-    unit="percentunit",
-)
-
-SPEC_ACCEPTANCE_COLLAPSE = Alert(
-    name="QwenNpuSpecAcceptanceCollapse",
-    severity="warning",
-    for_="15m",
-    summary="Speculative decoding accepts almost no draft tokens.",
-    description=(
-        '{{ $labels.model_name }} on {{ $labels.instance }} accepts {{ $value | printf "%%.2f" }}'
-        " tokens per verify step (minimum %(specAcceptLengthMin)s) for 15 minutes: MTP costs more"
-        " than it gives."
-    ),
-    expr=f"{SPEC_ACCEPT_LENGTH.record} < %(specAcceptLengthMin)s",
-    needs=("specAcceptLengthMin",),
-)
-
-CANARY_DEGENERATED = Alert(
-    name="QwenNpuCanaryDegenerated",
-    severity="critical",
-    for_="2m",
-    summary="The canary generation came back garbled.",
-    description=(
-        "The canary on {{ $labels.instance }} (pod {{ $labels.pod }}) scores"
-        ' {{ $value | printf "%%.2f" }} for degeneration (maximum %(canaryDegenerationMax)s):'
-        " repeated or garbled output."
-    ),
-    expr="qwen_npu_canary_degeneration_score > %(canaryDegenerationMax)s",
-    needs=("canaryDegenerationMax",),
+    "percentunit",
 )
 
 OUTPUT = AlertGroup(
     "qwen-npu.output",
-    (SPEC_ACCEPTANCE_COLLAPSE, CANARY_DEGENERATED),
+    (
+        Alert(
+            "QwenNpuSpecAcceptanceCollapse",
+            "warning",
+            "15m",
+            "Speculative decoding accepts almost no draft tokens.",
+            "{{ $labels.model_name }} on {{ $labels.instance }} accepts"
+            ' {{ $value | printf "%%.2f" }} tokens per verify step (minimum'
+            " %(specAcceptLengthMin)s) for 15 minutes: MTP costs more than it gives.",
+            f"{SPEC_ACCEPT_LENGTH.record} < %(specAcceptLengthMin)s",
+            needs=("specAcceptLengthMin",),
+        ),
+        Alert(
+            "QwenNpuCanaryDegenerated",
+            "critical",
+            "2m",
+            "The canary generation came back garbled.",
+            "The canary on {{ $labels.instance }} (pod {{ $labels.pod }}) scores"
+            ' {{ $value | printf "%%.2f" }} for degeneration (maximum %(canaryDegenerationMax)s):'
+            " repeated or garbled output.",
+            "qwen_npu_canary_degeneration_score > %(canaryDegenerationMax)s",
+            needs=("canaryDegenerationMax",),
+        ),
+    ),
     recordings=(SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE),
 )
 
 
 # --- patches --------------------------------------------------------------------------------------
-# Alerts on the runtime patches, the GDN state contract and the mamba scatter's UB plan, as the
-# sidecar reports them from the patches' state file.
-#
-# ``disabled`` and ``upstream-fixed`` are deliberate or harmless states and never page; ``drifted``
-# and ``target-missing`` mean the engine runs without a fix it needs (unless the engine's mode does
-# not use the patch: ``qwen_npu_patch_used_by_mode`` 0, docs/patches.md "Strictness by mode"), and
-# ``unknown`` (no state file) is only a problem once the engine is ready (the patches write the file
-# while it starts). A GDN contract link that ``fail``s means a writer and a reader of the SSM state
-# disagree on its dtype or layout: garbled output, with nothing crashing; ``unknown`` (a link the
-# engine could not read) is in the evidence and on the dashboard, it does not page.
-
-PATCH_NOT_APPLIED = Alert(
-    name="QwenNpuPatchNotApplied",
-    severity="warning",
-    for_="5m",
-    summary="A runtime patch is not applied although the engine needs it.",
-    description=(
-        "Patch {{ $labels.patch }} is {{ $labels.state }} on {{ $labels.instance }}"
-        " (pod {{ $labels.pod }}): the engine runs without that fix."
-    ),
-    expr=(
-        '((qwen_npu_patch_state{state=~"drifted|target-missing"} == 1)'
-        ' or ((qwen_npu_patch_state{state="unknown"} == 1)'
-        " and ignoring (patch, state) (qwen_npu_engine_ready == 1)))"
-        # A patch the engine's mode does not use (MTP on and the decode-layout patch, a bf16
-        # state and the UB plan patch): a warning at start-up and a runbook line, no alert.
-        " unless ignoring (state) (qwen_npu_patch_used_by_mode == 0)"
-    ),
-)
-
-GDN_CONTRACT_FAILED = Alert(
-    name="QwenNpuGdnContractFailed",
-    severity="critical",
-    for_="1m",
-    summary="A link of the GDN state contract fails: the output is or will be garbled.",
-    description=(
-        "GDN contract link {{ $labels.link }} fails on {{ $labels.instance }}"
-        " (pod {{ $labels.pod }}): a writer and a reader of the SSM state disagree on its dtype or"
-        " layout; the evidence is in the sidecar's /status (patches.gdn_contract)."
-    ),
-    expr='qwen_npu_gdn_contract{verdict="fail"} == 1',
-)
-
-UB_PLAN_OVERFLOW = Alert(
-    name="QwenNpuUbPlanOverflow",
-    severity="critical",
-    for_="1m",
-    summary="The mamba scatter's tile does not fit in the NPU's unified buffer.",
-    description=(
-        "The {{ $labels.source }} UB plan on {{ $labels.instance }} (pod {{ $labels.pod }})"
-        " overflows the unified buffer: the first request or graph capture will die with"
-        " 'ub overflow'."
-    ),
-    expr="(qwen_npu_ub_plane_overflow == 1) or (qwen_npu_ub_headroom_bytes < 0)",
-)
-
-UB_PLAN_MISMATCH = Alert(
-    name="QwenNpuUbPlanMismatch",
-    severity="warning",
-    for_="5m",
-    summary="The engine's UB plan differs from the one predicted from config.json.",
-    description=(
-        "The h_block_size the engine computed on {{ $labels.instance }} (pod {{ $labels.pod }})"
-        " differs from the prediction: the checkpoint, the mamba state dtype or the TP size is"
-        " not what the chart assumes."
-    ),
-    expr="qwen_npu_ub_plan_mismatch == 1",
-)
+# From the patches' state file, as the sidecar reports it. disabled and upstream-fixed never page;
+# drifted and target-missing do unless the engine's mode does not use the patch
+# (docs/patches.md "Strictness by mode"); unknown (no file) only once the engine is ready (the
+# patches write it while it starts). A failing GDN contract link means garbled output with
+# nothing crashing; an unknown link is evidence, not a page.
 
 PATCHES = AlertGroup(
     "qwen-npu.patches",
-    (PATCH_NOT_APPLIED, GDN_CONTRACT_FAILED, UB_PLAN_OVERFLOW, UB_PLAN_MISMATCH),
+    (
+        Alert(
+            "QwenNpuPatchNotApplied",
+            "warning",
+            "5m",
+            "A runtime patch is not applied although the engine needs it.",
+            "Patch {{ $labels.patch }} is {{ $labels.state }} on {{ $labels.instance }}"
+            " (pod {{ $labels.pod }}): the engine runs without that fix.",
+            '((qwen_npu_patch_state{state=~"drifted|target-missing"} == 1)'
+            ' or ((qwen_npu_patch_state{state="unknown"} == 1)'
+            " and ignoring (patch, state) (qwen_npu_engine_ready == 1)))"
+            " unless ignoring (state) (qwen_npu_patch_used_by_mode == 0)",
+        ),
+        Alert(
+            "QwenNpuGdnContractFailed",
+            "critical",
+            "1m",
+            "A link of the GDN state contract fails: the output is or will be garbled.",
+            "GDN contract link {{ $labels.link }} fails on {{ $labels.instance }}"
+            " (pod {{ $labels.pod }}): a writer and a reader of the SSM state disagree on its dtype"
+            " or layout; the evidence is in the sidecar's /status (patches.gdn_contract).",
+            'qwen_npu_gdn_contract{verdict="fail"} == 1',
+        ),
+        Alert(
+            "QwenNpuUbPlanOverflow",
+            "critical",
+            "1m",
+            "The mamba scatter's tile does not fit in the NPU's unified buffer.",
+            "The {{ $labels.source }} UB plan on {{ $labels.instance }} (pod {{ $labels.pod }})"
+            " overflows the unified buffer: the first request or graph capture will die with"
+            " 'ub overflow'.",
+            "(qwen_npu_ub_plane_overflow == 1) or (qwen_npu_ub_headroom_bytes < 0)",
+        ),
+        Alert(
+            "QwenNpuUbPlanMismatch",
+            "warning",
+            "5m",
+            "The engine's UB plan differs from the one predicted from config.json.",
+            "The h_block_size the engine computed on {{ $labels.instance }} (pod {{ $labels.pod }})"
+            " differs from the prediction: the checkpoint, the mamba state dtype or the TP size is"
+            " not what the chart assumes.",
+            "qwen_npu_ub_plan_mismatch == 1",
+        ),
+    ),
 )
 
 
 # --- npu ------------------------------------------------------------------------------------------
-# Alerts on the NPU exporter's chip metrics, for the chips of the release's pods.
-#
-# The selector (config ``npu_selector``) keeps the chips allocated to pods in the release's
-# namespace; the exporter's own ``namespace`` label survives the scrape only with
-# ``honor_labels: true``.
+# The NPU exporter's chips of the release's pods (config ``npu_selector``: the exporter's
+# ``namespace`` label survives the scrape only with ``honor_labels: true``).
 
-CHIP_UNHEALTHY = Alert(
-    name="QwenNpuChipUnhealthy",
-    severity="critical",
-    for_="2m",
-    summary="An NPU chip serving the engine reports unhealthy.",
-    description=(
-        "NPU chip {{ $labels.id }} ({{ $labels.model_name }}) of pod {{ $labels.pod_name }}"
-        " reports health status {{ $value }} (1 = healthy) for 2 minutes."
+NPU = AlertGroup(
+    "qwen-npu.npu",
+    (
+        Alert(
+            "QwenNpuChipUnhealthy",
+            "critical",
+            "2m",
+            "An NPU chip serving the engine reports unhealthy.",
+            "NPU chip {{ $labels.id }} ({{ $labels.model_name }}) of pod {{ $labels.pod_name }}"
+            " reports health status {{ $value }} (1 = healthy) for 2 minutes.",
+            "npu_chip_info_health_status{%(npu)s} != 1",
+        ),
+        Alert(
+            "QwenNpuHbmNearFull",
+            "warning",
+            "10m",
+            "An NPU chip's HBM is nearly full.",
+            "NPU chip {{ $labels.id }} of pod {{ $labels.pod_name }} uses"
+            " {{ $value | humanizePercentage }} of its HBM (maximum %(hbmUsedRatioMax)s).",
+            "npu_chip_info_hbm_used_memory{%(npu)s} / npu_chip_info_hbm_total_memory{%(npu)s}"
+            " > %(hbmUsedRatioMax)s",
+            needs=("hbmUsedRatioMax",),
+        ),
     ),
-    expr="npu_chip_info_health_status{%(npu)s} != 1",
 )
-
-HBM_NEAR_FULL = Alert(
-    name="QwenNpuHbmNearFull",
-    severity="warning",
-    for_="10m",
-    summary="An NPU chip's HBM is nearly full.",
-    description=(
-        "NPU chip {{ $labels.id }} of pod {{ $labels.pod_name }} uses"
-        " {{ $value | humanizePercentage }} of its HBM (maximum %(hbmUsedRatioMax)s)."
-    ),
-    expr=(
-        "npu_chip_info_hbm_used_memory{%(npu)s} / npu_chip_info_hbm_total_memory{%(npu)s}"
-        " > %(hbmUsedRatioMax)s"
-    ),
-    needs=("hbmUsedRatioMax",),
-)
-
-NPU = AlertGroup("qwen-npu.npu", (CHIP_UNHEALTHY, HBM_NEAR_FULL))
 
 
 # --- router ---------------------------------------------------------------------------------------
-# Rollout and failover alerts: a replica stuck draining, a worker the router ejected.
-#
-# A replica drains on SIGTERM (in-flight requests finish, /health answers 503, the sidecar reports
-# ``qwen_npu_engine_draining``); one still draining after 15 minutes holds a rollout and its
-# accelerators. The router (``smg_*`` metrics, metrics/external.py) stops sending
-# to a worker whose health checks failed; one ejected for 2 minutes serves nobody while still
-# counted as a replica. Both link to their docs/runbook.md sections.
+# A replica still draining after 15 minutes holds a rollout and its accelerators; a worker the
+# router ejected for 2 minutes serves nobody while still counted as a replica.
 
-REPLICA_STUCK_DRAINING = Alert(
-    name="QwenNpuReplicaStuckDraining",
-    severity="warning",
-    for_="15m",
-    summary="A replica has been draining for 15 minutes and has not exited.",
-    description=(
-        "The engine behind {{ $labels.instance }} (pod {{ $labels.pod }}) got SIGTERM and has"
-        " answered 503 while finishing in-flight requests for over 15 minutes; a request that"
-        " never finishes keeps it (and the rollout) waiting until the grace period kills it."
+ROUTER = AlertGroup(
+    "qwen-npu.router",
+    (
+        Alert(
+            "QwenNpuReplicaStuckDraining",
+            "warning",
+            "15m",
+            "A replica has been draining for 15 minutes and has not exited.",
+            "The engine behind {{ $labels.instance }} (pod {{ $labels.pod }}) got SIGTERM and has"
+            " answered 503 while finishing in-flight requests for over 15 minutes; a request that"
+            " never finishes keeps it (and the rollout) waiting until the grace period kills it.",
+            "qwen_npu_engine_draining == 1",
+        ),
+        Alert(
+            "QwenNpuRouterWorkerEjected",
+            "warning",
+            "2m",
+            "The router has stopped sending to a worker that failed its health checks.",
+            "The router {{ $labels.pod }} has considered worker {{ $labels.worker }} unhealthy for"
+            " 2 minutes: it sends it nothing, so the remaining replicas carry its share.",
+            "smg_worker_health == 0",
+        ),
     ),
-    expr="qwen_npu_engine_draining == 1",
 )
-
-ROUTER_WORKER_EJECTED = Alert(
-    name="QwenNpuRouterWorkerEjected",
-    severity="warning",
-    for_="2m",
-    summary="The router has stopped sending to a worker that failed its health checks.",
-    description=(
-        "The router {{ $labels.pod }} has considered worker {{ $labels.worker }} unhealthy for"
-        " 2 minutes: it sends it nothing, so the remaining replicas carry its share."
-    ),
-    expr="smg_worker_health == 0",
-)
-
-ROUTER = AlertGroup("qwen-npu.router", (REPLICA_STUCK_DRAINING, ROUTER_WORKER_EJECTED))
 
 
 GROUPS: tuple[AlertGroup, ...] = (ENGINE, SLO, OUTPUT, PATCHES, NPU, ROUTER)
@@ -354,3 +326,64 @@ def by_name() -> dict[str, Alert]:
 
 def all_recordings() -> tuple[Recording, ...]:
     return tuple(r for g in GROUPS for r in g.recordings)
+
+
+def _fill(template: str, cfg: Config, needs: tuple[str, ...], what: str) -> str:
+    """``template`` with the helpers and the declared thresholds' placeholders, on one line."""
+    fields = {"window": cfg.rate_window, "without_ranks": cfg.without_ranks()}
+    fields |= {"npu": cfg.npu_selector} | {key: threshold_placeholder(key) for key in needs}
+    try:
+        text = template % fields
+    except KeyError as exc:
+        raise AlertDefinitionError(
+            f"{what} uses %({exc.args[0]})s but does not declare it in needs="
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise AlertDefinitionError(f"{what}: bad template ({exc})") from exc
+    return " ".join(text.split())
+
+
+def render_alert(alert: Alert, cfg: Config) -> dict[str, object]:
+    missing = [key for key in alert.needs if key not in cfg.thresholds]
+    if missing:
+        raise AlertDefinitionError(
+            f"alert {alert.name} needs threshold(s) {', '.join(missing)} that the config does "
+            "not define; add them to qwen_npu/observability/config.py"
+        )
+    what = f"alert {alert.name}"
+    return {
+        "alert": alert.name,
+        "expr": _fill(alert.expr, cfg, alert.needs, what),
+        "for": alert.for_,
+        "labels": {"severity": alert.severity},
+        "annotations": {
+            "summary": alert.summary,
+            "description": _fill(alert.description, cfg, alert.needs, what),
+            "runbook_url": cfg.runbook_url(alert.name),
+        },
+    }
+
+
+def render_groups(groups: tuple[AlertGroup, ...], cfg: Config) -> dict[str, object]:
+    """The ``groups:`` document (a Prometheus rule file, and a PrometheusRule's spec)."""
+    names = [a.name for g in groups for a in g.alerts] + [
+        r.record for g in groups for r in g.recordings
+    ]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise AlertDefinitionError(f"duplicate rule names: {', '.join(dupes)}")
+    return {
+        "groups": [
+            {
+                "name": g.name,
+                # Recordings first: an alert of the group reads the value recorded in the same
+                # evaluation.
+                "rules": [
+                    {"record": r.record, "expr": _fill(r.expr, cfg, (), f"recording {r.record}")}
+                    for r in g.recordings
+                ]
+                + [render_alert(a, cfg) for a in g.alerts],
+            }
+            for g in groups
+        ]
+    }

@@ -1,21 +1,23 @@
-"""``qwen-npu dashboards``: regenerate (or check) the chart's dashboards and alert rules.
-
-``make dashboards`` runs it with no arguments from the repository root; ``--check`` exits 1 when
-the committed files differ from what the code generates (the test suite does the same check).
-``--render-rules FILE`` instead renders the chart (``--chart``, ``--values``) and writes the alert
-rules as deployed, as a plain Prometheus rule file (what ``make lint-observability`` checks).
+"""``qwen-npu dashboards``: regenerate (or ``--check``) the chart's dashboards and alert rules;
+``--render-rules FILE`` writes the rules as the chart deploys them, a plain Prometheus rule file
+(what ``make lint-observability`` runs promtool on, and what a Prometheus without the Operator
+loads).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+from typing import Any
 
-from qwen_npu.cli_parser import OneLineParser, input_dir, input_file, output_dir, output_file
+import yaml
+
+from qwen_npu.cli_parser import OneLineParser, fail, input_dir, input_file, output_dir, output_file
 from qwen_npu.log import PartLog
 from qwen_npu.observability.config import DEFAULT_CHART, Config
 
+PROG = "qwen-npu dashboards"
+RULE_TEMPLATE = "templates/prometheusrule.yaml"
 log = PartLog("dashboards")
 
 DEFAULT_OUT = DEFAULT_CHART / "files"
@@ -23,7 +25,7 @@ DEFAULT_OUT = DEFAULT_CHART / "files"
 
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(
-        prog="qwen-npu dashboards",
+        prog=PROG,
         description="Generate the Grafana dashboards (JSON) and Prometheus alert rules (YAML) "
         "that the chart ships under helm/qwen-npu/files/.",
     )
@@ -58,18 +60,49 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _render_rules(args: argparse.Namespace) -> int:
-    # lazy: an extra's (pyproject.toml); the base install goes without
-    import yaml
+class RenderError(ValueError):
+    """The chart could not be rendered into a rule file."""
 
-    # lazy: a verb loads only what it runs (--help and bad flags stay instant)
-    from qwen_npu.observability.render import RenderError, load_values, render_rules
 
+def _load_values(path: Path | None) -> dict[str, Any]:
     try:
-        spec = render_rules(args.chart, load_values(args.values), namespace=args.namespace)
+        data = yaml.safe_load(path.read_text()) if path is not None else None
+    except (OSError, yaml.YAMLError) as exc:
+        raise RenderError(f"{path}: cannot read values ({exc}); pass a YAML mapping") from None
+    if data is not None and not isinstance(data, dict):
+        raise RenderError(f"{path}: values must be a YAML mapping at the top level")
+    return data or {}
+
+
+def render_rules(chart: Path, values: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The ``spec`` (``groups:``) of the PrometheusRule the chart renders with ``values``, by
+    Helm's Go SDK (helm-python-sdk: offline, no cluster)."""
+    try:
+        # lazy: an extra's (pyproject.toml); the base install goes without
+        from helm_python import Chart, HelmError
+    except ImportError as exc:
+        raise RenderError(
+            f"helm-python-sdk is not installed ({exc}); run make setup or "
+            "pip install 'qwen-npu[dev]'"
+        ) from None
+    try:
+        rendered = Chart.load(str(chart)).render(values, name="qwen-npu", namespace=namespace)
+    except HelmError as exc:
+        raise RenderError(f"{chart}: helm render failed: {exc}") from None
+    docs = [d for d in yaml.safe_load_all(rendered.get(f"{chart.name}/{RULE_TEMPLATE}", "")) if d]
+    if not docs:
+        raise RenderError(
+            f"{chart}: {RULE_TEMPLATE} rendered nothing; set monitoring.prometheusRule.enabled=true"
+        )
+    spec: dict[str, Any] = docs[0]["spec"]
+    return spec
+
+
+def _render_rules(args: argparse.Namespace) -> int:
+    try:
+        spec = render_rules(args.chart, _load_values(args.values), args.namespace)
     except RenderError as exc:
-        print(f"qwen-npu dashboards: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(exc))
     out: Path = args.render_rules
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(spec, sort_keys=False, width=1000))
@@ -95,17 +128,15 @@ def main(argv: list[str]) -> int:
 
     out: Path = args.out if args.out is not None else args.chart / "files"
     if not out.parent.is_dir():
-        print(
-            f"qwen-npu dashboards: error: {out.parent} is not a folder; run from the repository "
-            "root or pass --out <chart>/files",
-            file=sys.stderr,
+        return fail(
+            PROG,
+            f"{out.parent} is not a folder; run from the repository root or pass --out "
+            "<chart>/files",
         )
-        return 2
     try:
         files = generate.render_files(Config(chart_dir=args.chart))
     except (ValueError, RuntimeError) as exc:
-        print(f"qwen-npu dashboards: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(PROG, str(exc))
     if args.check:
         problems = generate.stale(out, files)
         for rel in problems:

@@ -9,12 +9,7 @@ variable lists the pods that run a qwen-npu sidecar; the exporter calls the same
 from __future__ import annotations
 
 from qwen_npu.observability.config import DEFAULT, Config
-from qwen_npu.observability.panels import (
-    Board,
-    Query,
-    datasource_variable,
-    query_variable,
-)
+from qwen_npu.observability.panels import Board, Query, query_variable
 
 FILENAME = "qwen-npu-engine-internals.json"
 TITLE = "Qwen NPU / Engine internals"
@@ -25,26 +20,29 @@ LEGEND = "{{pod}} {{instance}}"
 CHIP_LEGEND = "{{pod_name}} chip {{id}}"
 
 
+def _q(metric: str, legend: str) -> Query:
+    """``metric`` of the selected sidecars, legend ``legend`` and the pod's."""
+    return Query(f"{metric}{{{SIDECAR}}}", f"{legend} {LEGEND}")
+
+
+def _chip(expr: str) -> list[Query]:
+    """``expr`` with every ``{}`` the selected pods' chips."""
+    return [Query(expr.replace("{}", f"{{{CHIP}}}"), CHIP_LEGEND)]
+
+
 def build(cfg: Config = DEFAULT) -> Board:
     b = Board(
         TITLE,
         "Engine health history, runtime patch states, the mamba scatter's UB plan and the "
         "NPU chips of the release's pods.",
         cfg,
-    )
-    b.builder = (
-        b.builder.with_variable(datasource_variable())
-        .with_variable(
-            query_variable("namespace", "Namespace", "label_values(qwen_npu_engine_up, namespace)")
-        )
-        .with_variable(
-            query_variable(
-                "pod",
-                "Engine pod",
-                'label_values(qwen_npu_engine_up{namespace=~"$namespace"}, pod)',
-                all_value=None,  # 'All' = the pods with a sidecar, so chips of other pods stay out
-            )
-        )
+        query_variable("namespace", "Namespace", "label_values(qwen_npu_engine_up, namespace)"),
+        query_variable(
+            "pod",
+            "Engine pod",
+            'label_values(qwen_npu_engine_up{namespace=~"$namespace"}, pod)',
+            all_value=None,  # 'All' = the pods with a sidecar, so chips of other pods stay out
+        ),
     )
 
     b.row("Engine health")
@@ -56,9 +54,9 @@ def build(cfg: Config = DEFAULT) -> Board:
         "as QwenNpuReplicaStuckDraining.",
         "short",
         [
-            Query(f"qwen_npu_engine_up{{{SIDECAR}}}", f"up {LEGEND}"),
-            Query(f"qwen_npu_engine_ready{{{SIDECAR}}}", f"ready {LEGEND}"),
-            Query(f"qwen_npu_engine_draining{{{SIDECAR}}}", f"draining {LEGEND}"),
+            _q("qwen_npu_engine_up", "up"),
+            _q("qwen_npu_engine_ready", "ready"),
+            _q("qwen_npu_engine_draining", "draining"),
         ],
         alert=("QwenNpuEngineDown", "QwenNpuEngineNotReady", "QwenNpuReplicaStuckDraining"),
         min_val=0,
@@ -71,8 +69,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "(engine.startupBudgetSeconds, the one startup budget) while still not ready.",
         "s",
         [
-            Query(f"qwen_npu_engine_startup_elapsed_seconds{{{SIDECAR}}}", f"elapsed {LEGEND}"),
-            Query(f"qwen_npu_startup_budget_seconds{{{SIDECAR}}}", f"sidecar budget {LEGEND}"),
+            _q("qwen_npu_engine_startup_elapsed_seconds", "elapsed"),
+            _q("qwen_npu_startup_budget_seconds", "sidecar budget"),
         ],
         threshold="startupBudgetSeconds",
         alert="QwenNpuStartupSlow",
@@ -104,10 +102,7 @@ def build(cfg: Config = DEFAULT) -> Board:
                 f"(rate(qwen_npu_engine_errors_total{{{SIDECAR}}}[$__rate_interval]))",
                 "{{kind}} " + LEGEND,
             ),
-            Query(
-                f"qwen_npu_engine_consecutive_failures{{{SIDECAR}}}",
-                f"consecutive failures {LEGEND}",
-            ),
+            _q("qwen_npu_engine_consecutive_failures", "consecutive failures"),
         ],
         width=8,
     )
@@ -117,8 +112,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "(qwen_npu_engine_restarts_total).",
         "s",
         [
-            Query(f"qwen_npu_engine_uptime_seconds{{{SIDECAR}}}", f"uptime {LEGEND}"),
-            Query(f"qwen_npu_engine_restarts_total{{{SIDECAR}}}", f"restarts {LEGEND}"),
+            _q("qwen_npu_engine_uptime_seconds", "uptime"),
+            _q("qwen_npu_engine_restarts_total", "restarts"),
         ],
         width=8,
     )
@@ -165,8 +160,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "otherwise QwenNpuUbPlanMismatch fires.",
         "short",
         [
-            Query(f"qwen_npu_ub_head_block_size{{{SIDECAR}}}", "{{source}} " + LEGEND),
-            Query(f"qwen_npu_ub_plan_mismatch{{{SIDECAR}}}", f"mismatch {LEGEND}"),
+            _q("qwen_npu_ub_head_block_size", "{{source}}"),
+            _q("qwen_npu_ub_plan_mismatch", "mismatch"),
         ],
         alert="QwenNpuUbPlanMismatch",
         width=8,
@@ -176,9 +171,9 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Buffered tile bytes (tile x multi-buffer) against the unified-buffer budget, per source.",
         "bytes",
         [
-            Query(f"qwen_npu_ub_buffered_bytes{{{SIDECAR}}}", "buffered {{source}} " + LEGEND),
-            Query(f"qwen_npu_ub_tile_bytes{{{SIDECAR}}}", "tile {{source}} " + LEGEND),
-            Query(f"qwen_npu_ub_budget_bytes{{{SIDECAR}}}", "budget {{source}} " + LEGEND),
+            _q("qwen_npu_ub_buffered_bytes", "buffered {{source}}"),
+            _q("qwen_npu_ub_tile_bytes", "tile {{source}}"),
+            _q("qwen_npu_ub_budget_bytes", "budget {{source}}"),
         ],
         width=8,
     )
@@ -188,10 +183,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "overflow'; QwenNpuUbPlanOverflow fires.",
         "bytes",
         [
-            Query(f"qwen_npu_ub_headroom_bytes{{{SIDECAR}}}", "{{source}} " + LEGEND),
-            Query(
-                f"qwen_npu_ub_plane_overflow{{{SIDECAR}}}", "plane overflow {{source}} " + LEGEND
-            ),
+            _q("qwen_npu_ub_headroom_bytes", "{{source}}"),
+            _q("qwen_npu_ub_plane_overflow", "plane overflow {{source}}"),
         ],
         threshold=0.0,
         direction="below",
@@ -204,7 +197,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "NPU utilization",
         "AI core utilization per chip (npu_chip_info_utilization, percent).",
         "percent",
-        [Query(f"npu_chip_info_utilization{{{CHIP}}}", CHIP_LEGEND)],
+        _chip("npu_chip_info_utilization{}"),
         width=8,
         min_val=0,
         max_val=100,
@@ -215,13 +208,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "(monitoring.prometheusRule.thresholds.hbmUsedRatioMax) for 10 minutes; SGLang's "
         "--mem-fraction-static reserves most of it on purpose.",
         "percentunit",
-        [
-            Query(
-                f"npu_chip_info_hbm_used_memory{{{CHIP}}} / "
-                f"npu_chip_info_hbm_total_memory{{{CHIP}}}",
-                CHIP_LEGEND,
-            )
-        ],
+        _chip("npu_chip_info_hbm_used_memory{} / npu_chip_info_hbm_total_memory{}"),
         threshold="hbmUsedRatioMax",
         alert="QwenNpuHbmNearFull",
         width=8,
@@ -235,13 +222,13 @@ def build(cfg: Config = DEFAULT) -> Board:
          "npu_chip_info_temperature"),
         ("Chip power", "Chip power draw (npu_chip_info_power).", "watt", "npu_chip_info_power"),
     ):  # fmt: skip
-        b.timeseries(title, description, unit, [Query(f"{series}{{{CHIP}}}", CHIP_LEGEND)], width=8)
+        b.timeseries(title, description, unit, _chip(series + "{}"), width=8)
     b.timeseries(
         "Chip health",
         "npu_chip_info_health_status: 1 = healthy. Anything else for 2 minutes pages as "
         "QwenNpuChipUnhealthy.",
         "short",
-        [Query(f"npu_chip_info_health_status{{{CHIP}}}", CHIP_LEGEND)],
+        _chip("npu_chip_info_health_status{}"),
         threshold=1.0,
         direction="below",
         alert="QwenNpuChipUnhealthy",

@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from qwen_npu.observability.alerts import SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE
 from qwen_npu.observability.config import DEFAULT, Config
-from qwen_npu.observability.panels import (
-    Board,
-    Query,
-    datasource_variable,
-    query_variable,
-)
+from qwen_npu.observability.panels import Board, Query, query_variable
 
 FILENAME = "qwen-npu-serving.json"
 TITLE = "Qwen NPU / Serving"
@@ -24,6 +19,10 @@ SIDECAR = 'namespace=~"$namespace", pod=~"$pod"'
 ROUTER = 'namespace=~"$namespace"'  # the router's own pod is not an engine pod
 BY = "namespace, pod, instance, model_name"
 LEGEND = "{{pod}} {{instance}} {{model_name}}"
+
+
+def _rate(metric: str) -> str:
+    return f"sum by ({BY}) (rate({metric}{{{ENGINE}}}[$__rate_interval]))"
 
 
 def _quantiles(histogram: str) -> list[Query]:
@@ -44,42 +43,32 @@ def build(cfg: Config = DEFAULT) -> Board:
         "SGLang engines serving Qwen3.5/3.6 with MTP on Ascend: traffic, latency, load, "
         "speculative decoding and the output canary.",
         cfg,
+        query_variable(
+            "namespace", "Namespace", "label_values(sglang:num_running_reqs, namespace)"
+        ),
+        query_variable(
+            "pod",
+            "Engine pod",
+            'label_values(sglang:num_running_reqs{namespace=~"$namespace"}, pod)',
+        ),
+        query_variable(
+            "model_name",
+            "Model",
+            'label_values(sglang:num_running_reqs{namespace=~"$namespace", pod=~"$pod"}, '
+            "model_name)",
+        ),
     )
-    b.builder = (
-        b.builder.with_variable(datasource_variable())
-        .with_variable(
-            query_variable(
-                "namespace", "Namespace", "label_values(sglang:num_running_reqs, namespace)"
-            )
-        )
-        .with_variable(
-            query_variable(
-                "pod",
-                "Engine pod",
-                'label_values(sglang:num_running_reqs{namespace=~"$namespace"}, pod)',
-            )
-        )
-        .with_variable(
-            query_variable(
-                "model_name",
-                "Model",
-                'label_values(sglang:num_running_reqs{namespace=~"$namespace", pod=~"$pod"}, '
-                "model_name)",
-            )
-        )
-    )
+
+    def top(metric: str, legend: str = "") -> Query:
+        """The largest of an engine's ranks' ``metric``."""
+        return Query(f"max {w} ({metric}{{{ENGINE}}})", f"{legend} {LEGEND}".lstrip())
 
     b.row("Traffic")
     b.timeseries(
         "Request rate",
         "Requests finished per second (sglang:num_requests_total), per engine and model.",
         "reqps",
-        [
-            Query(
-                f"sum by ({BY}) (rate(sglang:num_requests_total{{{ENGINE}}}[$__rate_interval]))",
-                LEGEND,
-            )
-        ],
+        [Query(_rate("sglang:num_requests_total"), LEGEND)],
         width=8,
     )
     b.timeseries(
@@ -89,9 +78,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "percentunit",
         [
             Query(
-                f"sum by ({BY}) (rate(sglang:num_aborted_requests_total{{{ENGINE}}}"
-                f"[$__rate_interval])) / sum by ({BY}) "
-                f"(rate(sglang:num_requests_total{{{ENGINE}}}[$__rate_interval]))",
+                f"{_rate('sglang:num_aborted_requests_total')} / "
+                f"{_rate('sglang:num_requests_total')}",
                 LEGEND,
             )
         ],
@@ -103,15 +91,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Prompt (prefill) and generated tokens per second, from SGLang's token counters.",
         "suffix: tok/s",
         [
-            Query(
-                f"sum by ({BY}) (rate(sglang:prompt_tokens_total{{{ENGINE}}}[$__rate_interval]))",
-                f"prompt {LEGEND}",
-            ),
-            Query(
-                f"sum by ({BY}) "
-                f"(rate(sglang:generation_tokens_total{{{ENGINE}}}[$__rate_interval]))",
-                f"generated {LEGEND}",
-            ),
+            Query(_rate("sglang:prompt_tokens_total"), f"prompt {LEGEND}"),
+            Query(_rate("sglang:generation_tokens_total"), f"generated {LEGEND}"),
         ],
         width=8,
     )
@@ -166,7 +147,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Requests waiting in the scheduler queue (sglang:num_queue_reqs). The red line is "
         "QwenNpuQueueGrowing's depth (monitoring.prometheusRule.thresholds.queueDepth).",
         "short",
-        [Query(f"max {w} (sglang:num_queue_reqs{{{ENGINE}}})", LEGEND)],
+        [top("sglang:num_queue_reqs")],
         threshold="queueDepth",
         alert="QwenNpuQueueGrowing",
         width=8,
@@ -175,7 +156,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Running requests",
         "Requests in the running batch (sglang:num_running_reqs).",
         "short",
-        [Query(f"max {w} (sglang:num_running_reqs{{{ENGINE}}})", LEGEND)],
+        [top("sglang:num_running_reqs")],
         width=8,
     )
     b.timeseries(
@@ -184,8 +165,8 @@ def build(cfg: Config = DEFAULT) -> Board:
         "(sglang:mamba_usage) in use.",
         "percentunit",
         [
-            Query(f"max {w} (sglang:token_usage{{{ENGINE}}})", f"KV {LEGEND}"),
-            Query(f"max {w} (sglang:mamba_usage{{{ENGINE}}})", f"mamba {LEGEND}"),
+            top("sglang:token_usage", "KV"),
+            top("sglang:mamba_usage", "mamba"),
         ],
         width=8,
         min_val=0,
@@ -203,7 +184,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "short",
         [
             Query(f"max by ({BY}) ({SPEC_ACCEPT_LENGTH.record}{{{ENGINE}}})", f"10m {LEGEND}"),
-            Query(f"max {w} (sglang:spec_accept_length{{{ENGINE}}})", f"last batch {LEGEND}"),
+            top("sglang:spec_accept_length", "last batch"),
         ],
         threshold="specAcceptLengthMin",
         direction="below",
@@ -217,7 +198,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "percentunit",
         [
             Query(f"max by ({BY}) ({SPEC_ACCEPT_RATE.record}{{{ENGINE}}})", f"10m {LEGEND}"),
-            Query(f"max {w} (sglang:spec_accept_rate{{{ENGINE}}})", f"last batch {LEGEND}"),
+            top("sglang:spec_accept_rate", "last batch"),
         ],
         min_val=0,
         max_val=1,
@@ -317,10 +298,6 @@ def build(cfg: Config = DEFAULT) -> Board:
     return b
 
 
-def _per_engine_rate(metric: str) -> str:
-    return f"sum by ({BY}) (rate({metric}{{{ENGINE}}}[$__rate_interval]))"
-
-
 def _mtp_payoff(b: Board) -> None:
     """Is MTP paying off: what a verify step keeps of what it checks, and what it costs.
 
@@ -330,8 +307,8 @@ def _mtp_payoff(b: Board) -> None:
     """
     accepted = f"max by ({BY}) ({SPEC_ACCEPT_LENGTH.record}{{{ENGINE}}})"
     tpot = (
-        f"{_per_engine_rate('sglang:request_time_per_output_token_seconds_sum')} / "
-        f"{_per_engine_rate('sglang:request_time_per_output_token_seconds_count')}"
+        f"{_rate('sglang:request_time_per_output_token_seconds_sum')} / "
+        f"{_rate('sglang:request_time_per_output_token_seconds_count')}"
     )
     b.timeseries(
         "MTP: tokens kept vs checked per verify step",

@@ -1,9 +1,6 @@
-"""Render every dashboard and the alert rule file, check their metric names, write or compare.
-
-The output is what the chart ships under ``helm/qwen-npu/files/``: one JSON file per dashboard in
-``dashboards/`` and the rule groups in ``rules/qwen-npu-alerts.yaml``. Both keep ``${...}``
-placeholders for the chart values (thresholds, runbook URL, release namespace); the chart's
-templates fill them, so the files themselves never go stale when a value changes.
+"""Render every dashboard, the alert rule file and the autoscaler's queries; check the metric
+names they read against the metric lists; write or compare the chart's ``files/``. The files keep
+``${...}`` placeholders that the chart's templates fill, so they never go stale when a value does.
 """
 
 from __future__ import annotations
@@ -20,15 +17,9 @@ import yaml
 from qwen_npu.metrics import catalogue
 from qwen_npu.metrics import sglang as sglang_metrics
 from qwen_npu.metrics.external import NPU_EXPORTER_METRICS, ROUTER_METRICS
-from qwen_npu.observability import (
-    alerts,
-    autoscaling,
-    dashboard_engine,
-    dashboard_finish,
-    dashboard_serving,
-)
+from qwen_npu.observability import alerts, autoscaling, dashboard_engine, dashboard_serving
+from qwen_npu.observability.alerts import render_groups
 from qwen_npu.observability.config import DEFAULT, Config
-from qwen_npu.observability.rules import render_groups
 
 DASHBOARDS: tuple[ModuleType, ...] = (dashboard_serving, dashboard_engine)
 RULES_FILE = "rules/qwen-npu-alerts.yaml"
@@ -48,11 +39,8 @@ _IDENT = re.compile(r"(?<![\w:.$])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?")
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression reads, without a PromQL parser: good enough for the
-    expressions this package writes (and checked against a real Prometheus by the end-to-end
-    test). Strings, label matchers, range selectors, grouping clauses and chart placeholders are
-    blanked out; what remains that looks like an identifier and is not a function call, keyword
-    or number is a metric name."""
+    """The metric names a PromQL expression reads, without a PromQL parser (enough for the
+    expressions this package writes; the end-to-end test checks them on a real Prometheus)."""
     text = expr
     for pattern in _STRIP:
         text = pattern.sub(" ", text)
@@ -83,7 +71,7 @@ def known_series() -> dict[str, str]:
         ("qwen_npu/metrics/sglang.py", sglang_metrics.SGLANG_METRICS),
         ("qwen_npu/metrics/external.py", NPU_EXPORTER_METRICS),
         ("qwen_npu/metrics/external.py", ROUTER_METRICS),
-        ("qwen_npu/observability/alerts_*.py (recording rules)", alerts.all_recordings()),
+        ("qwen_npu/observability/alerts.py (recording rules)", alerts.all_recordings()),
     )
     for where, specs in lists:
         for spec in specs:
@@ -94,7 +82,7 @@ def known_series() -> dict[str, str]:
 
 def dashboard_models(cfg: Config = DEFAULT) -> dict[str, dict[str, Any]]:
     """File name -> finished dashboard JSON model."""
-    return {m.FILENAME: dashboard_finish.finish(m.build(cfg), m.FILENAME, cfg) for m in DASHBOARDS}
+    return {m.FILENAME: m.build(cfg).finish(m.FILENAME) for m in DASHBOARDS}
 
 
 def dashboard_queries(model: dict[str, Any]) -> list[tuple[str, str]]:

@@ -1,15 +1,16 @@
-"""Panel builders shared by the dashboards, on grafana-foundation-sdk.
+"""Panel builders shared by the dashboards (on grafana-foundation-sdk), and the finishing pass.
 
-Each helper takes what an on-call reader needs (title, description, unit, queries) plus, where an
-alert watches the same quantity, the alert's threshold key and name: the panel then draws the
-threshold (a placeholder the chart fills from its values, so the line moves with the alert) and
-links to the alert's runbook section. ``Board`` records those pairings for ``defaults.finish``.
+Where an alert watches a panel's quantity, the panel draws the alert's threshold (a placeholder
+the chart fills from its values, so the line moves with the alert) and links to the alert's
+runbook section. ``Board.finish`` applies what every dashboard shares and fills those in.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from grafana_foundation_sdk.builders import common as gcommon
 from grafana_foundation_sdk.builders import dashboard as gdash
@@ -17,15 +18,16 @@ from grafana_foundation_sdk.builders import prometheus as gprom
 from grafana_foundation_sdk.builders import table as gtable
 from grafana_foundation_sdk.builders import timeseries as gts
 from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.variants import Dataquery
 from grafana_foundation_sdk.models import common as mcommon
 from grafana_foundation_sdk.models import dashboard as mdash
 from grafana_foundation_sdk.models import prometheus as mprom
 
-from qwen_npu.observability.config import DEFAULT, Config
+from qwen_npu.observability.config import Config, threshold_placeholder
 
 DATASOURCE = mdash.DataSourceRef(type_val="prometheus", uid="${datasource}")
-RUNBOOK_LINK_MARK = "runbook:"  # defaults.finish turns "runbook:<Alert>" into the runbook URL
+RUNBOOK_LINK_MARK = "runbook:"  # finish turns "runbook:<Alert>" into the runbook URL
 
 
 @dataclass(frozen=True)
@@ -65,42 +67,46 @@ def _thresholds(
     key: str | float | None, direction: Direction, cfg: Config
 ) -> gdash.ThresholdsConfig:
     """One step at the alert's threshold (a config key) or at a fixed number."""
-    steps: list[mdash.Threshold]
-    if key is None:
-        return (
-            gdash.ThresholdsConfig()
-            .mode(mdash.ThresholdsMode.ABSOLUTE)
-            .steps([mdash.Threshold(value=None, color="green")])
-        )
-    value = cfg.thresholds[key].default if isinstance(key, str) else float(key)
-    if direction == "above":
-        steps = [
-            mdash.Threshold(value=None, color="green"),
-            mdash.Threshold(value=value, color="red"),
-        ]
-    else:
-        steps = [
-            mdash.Threshold(value=None, color="red"),
-            mdash.Threshold(value=value, color="green"),
-        ]
+    steps = [mdash.Threshold(value=None, color="green")]
+    if key is not None:
+        value = cfg.thresholds[key].default if isinstance(key, str) else float(key)
+        low, high = ("green", "red") if direction == "above" else ("red", "green")
+        steps = [mdash.Threshold(value=None, color=low), mdash.Threshold(value=value, color=high)]
     return gdash.ThresholdsConfig().mode(mdash.ThresholdsMode.ABSOLUTE).steps(steps)
 
 
 class Board:
     """A dashboard under construction: rows, panels and the notes the finishing pass reads."""
 
-    def __init__(self, title: str, description: str, cfg: Config = DEFAULT) -> None:
+    def __init__(
+        self, title: str, description: str, cfg: Config, *variables: gdash.QueryVariable
+    ) -> None:
         self.cfg = cfg
         self.builder = gdash.Dashboard(title).description(description)
+        self.builder = self.builder.with_variable(
+            gdash.DatasourceVariable("datasource").label("Data source").type("prometheus")
+        )
+        for variable in variables:
+            self.builder = self.builder.with_variable(variable)
         self.notes: dict[str, PanelNote] = {}
 
     def row(self, title: str) -> None:
         self.builder = self.builder.with_row(gdash.Row(title))
 
-    def _note(self, title: str, note: PanelNote) -> None:
+    def _add(
+        self,
+        title: str,
+        panel: gts.Panel | gtable.Panel,
+        queries: list[Query],
+        alert: str | tuple[str, ...],
+        threshold: str | float | None,
+    ) -> None:
         if title in self.notes:
             raise ValueError(f"duplicate panel title {title!r}")
-        self.notes[title] = note
+        if alert:
+            panel = panel.links(_runbook_links(alert))
+        self.builder = self.builder.with_panel(panel)
+        self.notes[title] = PanelNote(threshold, _names(alert), queries)
 
     def timeseries(
         self,
@@ -113,7 +119,6 @@ class Board:
         direction: Direction = "above",
         alert: str | tuple[str, ...] = (),
         width: int = 12,
-        height: int = 8,
         min_val: float | None = None,
         max_val: float | None = None,
     ) -> None:
@@ -126,7 +131,7 @@ class Board:
             .targets(_targets(queries))
             .thresholds(_thresholds(threshold, direction, self.cfg))
             .span(width)
-            .height(height)
+            .height(8)
             .fill_opacity(10)
         )
         if threshold is not None:
@@ -138,34 +143,58 @@ class Board:
             p = p.min(min_val)
         if max_val is not None:
             p = p.max(max_val)
-        if alert:
-            p = p.links(_runbook_links(alert))
-        self.builder = self.builder.with_panel(p)
-        self._note(title, PanelNote(threshold, _names(alert), queries))
+        self._add(title, p, queries, alert, threshold)
 
-    def table(
-        self,
-        title: str,
-        description: str,
-        queries: list[Query],
-        *,
-        alert: str | tuple[str, ...] = (),
-        width: int = 12,
-        height: int = 8,
-    ) -> None:
-        p = (
-            gtable.Panel()
-            .title(title)
-            .description(description)
-            .datasource(DATASOURCE)
-            .targets(_targets(queries, table=True))
-            .span(width)
-            .height(height)
-        )
-        if alert:
-            p = p.links(_runbook_links(alert))
-        self.builder = self.builder.with_panel(p)
-        self._note(title, PanelNote(None, _names(alert), queries))
+    def table(self, title: str, description: str, queries: list[Query], alert: str = "") -> None:
+        p = gtable.Panel().title(title).description(description).datasource(DATASOURCE)
+        p = p.targets(_targets(queries, table=True)).span(12).height(8)
+        self._add(title, p, queries, alert, None)
+
+    def finish(self, filename: str) -> dict[str, Any]:
+        """Plain JSON with what every dashboard shares: a ``uid`` stable across regeneration (24
+        hex digits of the file name's SHA-256; Grafana allows 40 characters), the conventions,
+        the runbook and sibling links, sequential panel ids, each panel's runbook URL and the
+        chart placeholder of each threshold (filled with the value the alert gets too)."""
+        cfg = self.cfg
+        model: dict[str, Any] = json.loads(json.dumps(self.builder.build(), cls=JSONEncoder))
+        model["uid"] = "qwen-npu-" + hashlib.sha256(filename.encode()).hexdigest()[:24]
+        model["tags"] = ["qwen-npu"]
+        model["refresh"] = "30s"
+        model["timezone"] = "utc"
+        model["time"] = {"from": "now-3h", "to": "now"}
+        model["graphTooltip"] = 1  # shared crosshair
+        model["editable"] = False
+        model["links"] = [
+            {
+                "title": "Runbook",
+                "type": "link",
+                "url": cfg.runbook_base,
+                "icon": "doc",
+                "targetBlank": True,
+                "tooltip": "docs/runbook.md: what to do for each qwen-npu alert",
+            },
+            {
+                "title": "Qwen NPU dashboards",
+                "type": "dashboards",
+                "tags": ["qwen-npu"],
+                "asDropdown": True,
+                "includeVars": True,
+                "keepTime": True,
+            },
+        ]
+        for panel_id, panel in enumerate(model.get("panels", []), start=1):
+            panel["id"] = panel_id
+            if panel.get("type") == "row":
+                continue
+            note = self.notes[panel["title"]]
+            for link in panel.get("links", []):
+                url = link.get("url", "")
+                if url.startswith(RUNBOOK_LINK_MARK):
+                    link["url"] = cfg.runbook_url(url.removeprefix(RUNBOOK_LINK_MARK))
+            if isinstance(note.threshold, str):
+                steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+                steps[1]["value"] = threshold_placeholder(note.threshold)
+        return model
 
 
 def _names(alert: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -199,7 +228,3 @@ def query_variable(
         .current(mdash.VariableOption(selected=True, text="All", value="$__all"))
     )
     return v if all_value is None else v.all_value(all_value)
-
-
-def datasource_variable() -> gdash.DatasourceVariable:
-    return gdash.DatasourceVariable("datasource").label("Data source").type("prometheus")

@@ -16,14 +16,9 @@ import yaml
 from qwen_npu.metrics import catalogue
 from qwen_npu.metrics import sglang as sglang_metrics
 from qwen_npu.observability import alerts, config, generate
+from qwen_npu.observability.alerts import Alert, AlertDefinitionError, AlertGroup, render_groups
 from qwen_npu.observability.cli import main as cli_main
 from qwen_npu.observability.generate import metric_names
-from qwen_npu.observability.rules import (
-    Alert,
-    AlertDefinitionError,
-    AlertGroup,
-    render_groups,
-)
 
 from .conftest import CHART, REPO
 

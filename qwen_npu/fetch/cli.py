@@ -95,16 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_wait_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog=f"{PROG} wait",
-        description="Wait until DEST holds a complete, verified fetch of SOURCE at its revision, "
-        "logging the fetch's progress. Exit 0 ready, 1 damaged, 2 bad input, 4 timed out.",
-    )
+def _dest_parser(verb: str, description: str, source_help: str) -> argparse.ArgumentParser:
+    """``wait`` and ``verify``: DEST, the SOURCE and revision it must hold, sizes only."""
+    p = OneLineParser(prog=f"{PROG} {verb}", description=description)
     p.add_argument("dest", metavar="DEST", type=Path)
-    p.add_argument("--source", required=True, help="SOURCE as given to the fetch")
+    p.add_argument("--source", required=verb == "wait", default=None, help=source_help)
     p.add_argument("--revision", default=None)
     p.add_argument("--sizes-only", action="store_true", help="skip the sha256 re-check")
+    return p
+
+
+def build_wait_parser() -> argparse.ArgumentParser:
+    p = _dest_parser(
+        "wait",
+        "Wait until DEST holds a complete, verified fetch of SOURCE at its revision, logging the "
+        "fetch's progress. Exit 0 ready, 1 damaged, 2 bad input, 4 timed out.",
+        "SOURCE as given to the fetch",
+    )
     p.add_argument("--timeout", type=positive_float, default=6 * 3600.0, help="(21600)")
     p.add_argument("--log-every", type=positive_float, default=60.0, help="(60)")
     p.add_argument("--poll", type=positive_float, default=2.0, help=argparse.SUPPRESS)
@@ -112,15 +119,11 @@ def build_wait_parser() -> argparse.ArgumentParser:
 
 
 def build_verify_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog=f"{PROG} verify",
-        description="Check DEST against its manifest: marker, every file, sizes, sha256. "
-        "Exit 0 sound, 1 not.",
+    p = _dest_parser(
+        "verify",
+        "Check DEST against its manifest: marker, every file, sizes, sha256. Exit 0 sound, 1 not.",
+        "also require this SOURCE (and --revision)",
     )
-    p.add_argument("dest", metavar="DEST", type=Path)
-    p.add_argument("--source", default=None, help="also require this SOURCE (and --revision)")
-    p.add_argument("--revision", default=None)
-    p.add_argument("--sizes-only", action="store_true")
     p.add_argument("--json", action="store_true", help="one JSON object")
     return p
 

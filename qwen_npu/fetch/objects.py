@@ -18,20 +18,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from qwen_npu.cli_parser import EXIT_BAD_INPUT
-from qwen_npu.fetch.source import (
-    CHUNK,
-    CREDENTIAL_ENV,
-    MD5,
-    MULTIPART,
-    FetchError,
-    Listing,
-    RemoteFile,
-    Source,
-    Stream,
-    TransientError,
-    credential_origin,
-    safe_relpath,
-)
+from qwen_npu.fetch import source as src
+from qwen_npu.fetch.source import FetchError, Listing, RemoteFile, TransientError
 
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _MULTI_ETAG = re.compile(r"^[0-9a-f]{32}-[0-9]+$")
@@ -47,11 +35,11 @@ RETRY_CODES = frozenset(
 class ObjectStore:
     """``s3://bucket/prefix`` and ``obs://bucket/prefix``."""
 
-    def __init__(self, source: Source, read_timeout: float, connect_timeout: float) -> None:
+    def __init__(self, source: src.Source, read_timeout: float, connect_timeout: float) -> None:
         self.source = source
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
-        self.key_env, self.secret_env = CREDENTIAL_ENV[source.scheme]
+        self.key_env, self.secret_env = src.CREDENTIAL_ENV[source.scheme]
         self._client: Any = None
 
     @property
@@ -102,11 +90,11 @@ class ObjectStore:
             PartialCredentialsError,
         )
 
+        key, secret = src.credential_origin(self.key_env), src.credential_origin(self.secret_env)
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
             return FetchError(
-                f"{self.source}: no credentials: {credential_origin(self.key_env)} and "
-                f"{credential_origin(self.secret_env)} are empty; set them to a key that can read "
-                "the bucket (docs/runbook.md 'Rotating credentials')",
+                f"{self.source}: no credentials: {key} and {secret} are empty; set them to a key "
+                "that can read the bucket (docs/runbook.md 'Rotating credentials')",
                 EXIT_BAD_INPUT,
             )
         if isinstance(exc, ClientError):
@@ -114,10 +102,9 @@ class ObjectStore:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
             if code in AUTH_CODES or status in (401, 403):
                 return FetchError(
-                    f"{self.source}: the store refused the key in {credential_origin(self.key_env)}"
-                    f" ({code or status}); put a key that can read the bucket in "
-                    f"{credential_origin(self.key_env)} and {credential_origin(self.secret_env)} "
-                    "and re-run (docs/runbook.md 'Rotating credentials')",
+                    f"{self.source}: the store refused the key in {key} ({code or status}); put "
+                    f"a key that can read the bucket in {key} and {secret} and re-run "
+                    "(docs/runbook.md 'Rotating credentials')",
                     EXIT_BAD_INPUT,
                 )
             if code == "NoSuchBucket":
@@ -186,19 +173,19 @@ class ObjectStore:
         if versioned:
             head = self.client.head_object(Bucket=self.source.repo, Key=key)
             version = str(head.get("VersionId") or etag)
-        path = safe_relpath(rel)
+        path = src.safe_relpath(rel)
         if _MD5_ETAG.match(etag):
-            return RemoteFile(path, size, MD5, etag, version=version)
+            return RemoteFile(path, size, src.MD5, etag, version=version)
         if _MULTI_ETAG.match(etag):
             part = self.client.head_object(Bucket=self.source.repo, Key=key, PartNumber=1)
-            return RemoteFile(path, size, MULTIPART, etag, int(part["ContentLength"]), version)
+            return RemoteFile(path, size, src.MULTIPART, etag, int(part["ContentLength"]), version)
         raise FetchError(
             f"{self.source}: {key}: ETag {etag!r} is neither an MD5 nor a multipart ETag (an "
             "encrypted object?); re-upload it without SSE-KMS/SSE-C or fetch from a hub"
         )
 
     @contextmanager
-    def open(self, listing: Listing, f: RemoteFile, offset: int) -> Iterator[Stream]:
+    def open(self, listing: Listing, f: RemoteFile, offset: int) -> Iterator[src.Stream]:
         # lazy: an extra's (pyproject.toml); the base install goes without
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -217,7 +204,7 @@ class ObjectStore:
         body = resp["Body"]
         start = offset if offset and resp.get("ContentRange") else 0
         try:
-            yield Stream(start, self._chunks(body, f.path))
+            yield src.Stream(start, self._chunks(body, f.path))
         finally:
             body.close()
 
@@ -227,6 +214,6 @@ class ObjectStore:
         from urllib3.exceptions import HTTPError
 
         try:
-            yield from body.iter_chunks(CHUNK)
+            yield from body.iter_chunks(src.CHUNK)
         except (BotoCoreError, HTTPError, OSError) as exc:
             raise TransientError(f"{what}: read: {type(exc).__name__}: {exc}") from None

@@ -36,19 +36,13 @@ SUPPORTED_ARCHITECTURES = (
 CONFIG_INT_MAX = 1 << 20
 
 
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number"}
+_JSON_TYPES |= {dict: "object", list: "array", str: "string"}
+
+
 def json_type(value: object) -> str:
-    """The JSON name of a parsed value's type (object, array, string, number, boolean, null)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "string" if isinstance(value, str) else type(value).__name__
+    """The JSON name of a parsed value's type."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 class ModelConfigError(ValueError):

@@ -40,6 +40,15 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def read_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, or None when it is missing, torn or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("wb") as out:
@@ -106,11 +115,7 @@ class Store:
             _write_atomic(self.progress, json.dumps(data, sort_keys=True).encode())
 
     def read_progress(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.progress.read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return read_object(self.progress)
 
 
 class Revision:
@@ -169,11 +174,7 @@ class Revision:
         _write_atomic(self.meta / COMPLETE, json.dumps(marker, sort_keys=True).encode())
 
     def marker(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads((self.meta / COMPLETE).read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return read_object(self.meta / COMPLETE)
 
     def manifest(self) -> dict[str, Any] | None:
         """The manifest, only when the marker vouches for it (its sha256 matches)."""

@@ -19,23 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from qwen_npu.cli_parser import EXIT_TIMED_OUT
+from qwen_npu.fetch.layout import read_object
 from qwen_npu.fetch.source import FetchError
 from qwen_npu.log import PartLog
 
 log = PartLog("fetch")
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def live_holder(path: Path, clock: Callable[[], float] = time.time) -> dict[str, Any] | None:
     """The lock's holder while its lease is live, else None (whatever its progress file says)."""
-    holder = _read(path)
+    holder = read_object(path)
     if holder is None:
         return None
     try:
@@ -86,7 +79,7 @@ class Lease:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return
-        now = _read(aside)
+        now = read_object(aside)
         if now is not None and now.get("token") != seen.get("token"):
             with contextlib.suppress(FileExistsError):  # a fresh holder's lock: give it back
                 os.link(aside, self.path)
@@ -104,7 +97,7 @@ class Lease:
         deadline = time.monotonic() + self.wait_seconds
         logged = 0.0
         while not self._try_create():
-            holder = _read(self.path)
+            holder = read_object(self.path)
             if holder is not None and float(holder.get("expires", 0)) < self.clock():
                 self._break_if_expired(holder)
                 continue
@@ -129,7 +122,7 @@ class Lease:
     def _renew(self) -> None:
         while not self._stop.wait(self.seconds / 3):
             tmp = self.path.with_name(f"{self.path.name}.{self.token}")
-            holder = _read(self.path)
+            holder = read_object(self.path)
             if holder is None or holder.get("token") != self.token:
                 log(
                     "error",
@@ -144,7 +137,7 @@ class Lease:
 
     def release(self) -> None:
         self._stop.set()
-        holder = _read(self.path)
+        holder = read_object(self.path)
         if holder is not None and holder.get("token") == self.token:
             self.path.unlink(missing_ok=True)
 

@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 from qwen_npu.cli_parser import EXIT_BAD_INPUT, EXIT_NO_SPACE
 from qwen_npu.fetch.layout import SCHEMA_VERSION, Revision, Store
 from qwen_npu.fetch.lease import Lease
-from qwen_npu.fetch.source import SIZE_ONLY, FetchError, Listing, Remote, Source, TransientError
+from qwen_npu.fetch.source import (
+    HUBS,
+    SIZE_ONLY,
+    FetchError,
+    Listing,
+    Remote,
+    Source,
+    TransientError,
+)
 from qwen_npu.fetch.transfer import Progress, Retry, fetch_file
 from qwen_npu.log import PartLog
 
@@ -57,16 +65,11 @@ def make_remote(source: Source, opts: Options) -> Remote:
     """The client for ``source``'s scheme (imported here: only a fetch needs them)."""
     args = (source, opts.read_timeout, opts.connect_timeout)
     try:
-        if source.scheme == "hf":
+        if source.scheme in HUBS:
             # lazy: only the source asked for loads its client
-            from qwen_npu.fetch.hubs import HuggingFace
+            from qwen_npu.fetch.hubs import HuggingFace, ModelScope
 
-            return HuggingFace(*args)
-        if source.scheme == "modelscope":
-            # lazy: only the source asked for loads its client
-            from qwen_npu.fetch.hubs import ModelScope
-
-            return ModelScope(*args)
+            return (HuggingFace if source.scheme == "hf" else ModelScope)(*args)
         # lazy: only the source asked for loads its client
         from qwen_npu.fetch.objects import ObjectStore
 

@@ -1,5 +1,5 @@
-"""SOURCE (``modelscope://org/name[@revision]``, ``hf://org/name[@revision]``, ``s3://bucket/prefix``,
-``obs://bucket/prefix``), what every source gives the fetch, and the fetch's failures.
+"""SOURCE (``modelscope://``, ``hf://``, ``s3://``, ``obs://``), what every source gives the
+fetch, and the fetch's failures.
 
 The CLI, the chart and the init container's wait name a checkpoint the same way, parsed once. A
 ``Remote`` (hubs.py, objects.py) turns its client's answers into a ``Listing`` at an immutable

@@ -19,6 +19,7 @@ log = PartLog("fetch")
 
 #: A live lease (lease.live_holder) says a fetch runs; no progress for this long: it is stuck.
 STALE_SECONDS = 300.0
+PROGRESS_KEYS = ("bytes", "total_bytes", "percent", "rate_mb_s", "eta_s", "stale_s")
 
 
 def matches(marker: dict[str, object] | None, source: Source) -> bool:
@@ -82,12 +83,7 @@ def wait(
                 dest=store.dest,
                 source=source,
                 have=(marker or {}).get("revision") if marker else None,
-                bytes=progress.get("bytes"),
-                total_bytes=progress.get("total_bytes"),
-                percent=progress.get("percent"),
-                rate_mb_s=progress.get("rate_mb_s"),
-                eta_s=progress.get("eta_s"),
-                stale_s=progress.get("stale_s"),
+                **{key: progress.get(key) for key in PROGRESS_KEYS},
                 fetching=holder.get("owner") if holder else None,
                 next="the staging Job is fetching"
                 if holder is not None and "stale_s" not in progress

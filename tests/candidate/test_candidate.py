@@ -47,7 +47,7 @@ def test_the_pinned_sources_agree_with_every_patch_pin() -> None:
     for name, (_, pins) in sources.patch_pins().items():
         for pin in pins:
             unit = sources.Unit(name, sources.module_file(pin.module), sources.DEF, pin.qualname)
-            found = pinned.by_key[unit.key]
+            found = pinned.by_key[unit]
             assert (found.fingerprint, found.params) == (pin.fingerprint, pin.params), unit.label
             # the text verbatim: the installed (pinned) release's lines, docstrings and comments
             installed = sources.find(installed_sglang(), unit)
@@ -61,7 +61,7 @@ def test_every_patch_and_contract_link_has_its_units_carried() -> None:
     owners = {u.owner for u in sources.units()}
     assert owners == {p.name for p in PATCHES} | {f"gdn_contract.{c.name}" for c in GDN_CONTRACT}
     pinned = sources.load_pinned()
-    assert {u.key for u in sources.units()} == set(pinned.by_key)
+    assert set(sources.units()) == set(pinned.by_key)
 
 
 @pytest.mark.sglang
@@ -85,7 +85,7 @@ def test_a_comment_only_change_is_told_from_a_code_change(tmp_path: Path) -> Non
     unit = sources.Unit("demo", "m.py", sources.DEF, "f")
     old = sources.find(tmp_path, unit)
     assert isinstance(old, sources.Found)
-    pinned = sources.Pinned("1", {unit.key: old})
+    pinned = sources.Pinned("1", {unit: old})
     (tmp_path / "m.py").write_text('def f(x):\n    """Other doc."""\n    return x + 1  # hi\n')
     (cosmetic,) = sources.compare(pinned, tmp_path, "2", [unit])
     assert cosmetic.kind == sources.COSMETIC and "same fingerprint" in cosmetic.summary
@@ -117,8 +117,7 @@ def test_an_import_unit_names_its_branch_and_what_it_binds(tmp_path: Path) -> No
 
 def _probe(**overrides: dict[str, Any]) -> dict[str, Any]:
     rows = {
-        p.name: {"imports": [{"module": "m", "ok": True, "error": None}], "state": "applied",
-                 "detail": "wrapped", "probe": "needed", "active": True}
+        p.name: {"imports": "yes", "state": "applied", "detail": "wrapped", "probe": "needed"}
         for p in PATCHES
     }  # fmt: skip
     for name, values in overrides.items():
@@ -131,10 +130,10 @@ def _links() -> list[report.LinkRow]:
     return [report.LinkRow(c.name, "pass", "read", "none", ()) for c in GDN_CONTRACT]
 
 
-def _green(checkout: Path) -> dict[str, report.TestFile]:
+def _green() -> dict[str, report.TestFile]:
     files = {}
     for p in PATCHES:
-        path = report.patch_test_file(checkout, p.module)
+        path = report.patch_test_file(p.module)
         files[path] = report.TestFile(path, passed=3)
     return files
 
@@ -147,37 +146,40 @@ def _changed(owner: str, kind: str) -> sources.Change:
     return sources.Change(unit, kind, old, new, "", diff)
 
 
-def test_the_verdict_rules(repo: Path) -> None:
+def test_the_verdict_rules() -> None:
     names = [p.name for p in PATCHES]
-    rows = report.patch_rows(_probe(), [], _green(repo), repo, "9")
+    rows = report.patch_rows(_probe(), [], _green(), "9")
     assert [r.verdict for r in rows] == [report.KEEP] * len(names)
     probe = _probe(**{names[0]: {"probe": "fixed"}})
-    assert report.patch_rows(probe, [], _green(repo), repo, "9")[0].verdict == report.DROP
+    assert report.patch_rows(probe, [], _green(), "9")[0].verdict == report.DROP
     changes = [_changed(names[1], sources.BODY)]
-    rows = report.patch_rows(_probe(), changes, _green(repo), repo, "9")
+    rows = report.patch_rows(_probe(), changes, _green(), "9")
     assert rows[1].verdict == report.REPIN and "code changed, +1 -1 lines" in rows[1].reason
-    tests = _green(repo)
-    path = report.patch_test_file(repo, PATCHES[1].module)
+    tests = _green()
+    path = report.patch_test_file(PATCHES[1].module)
     tests[path] = report.TestFile(path, passed=2, failed=[("test_x", "tests/a.py:3: boom")])
-    rows = report.patch_rows(_probe(), changes, tests, repo, "9")
+    rows = report.patch_rows(_probe(), changes, tests, "9")
     assert rows[1].verdict == report.PORT and "tests/a.py:3: boom" in rows[1].reason
     assert "raised in the tests' own code, not in the patch" in rows[1].reason
-    bad = {"imports": [{"module": "m", "ok": False, "error": "ImportError: gone"}],
-           "state": "target-missing", "detail": "cannot import m"}  # fmt: skip
-    assert report.patch_rows(_probe(**{names[2]: bad}), [], _green(repo), repo, "9")[2].verdict == (
+    bad = {
+        "imports": "NO: ImportError: gone",
+        "state": "target-missing",
+        "detail": "cannot import m",
+    }
+    assert report.patch_rows(_probe(**{names[2]: bad}), [], _green(), "9")[2].verdict == (
         report.PORT
     )
     drifted = {"state": "drifted", "detail": "kernel parameters changed"}
-    row = report.patch_rows(_probe(**{names[3]: drifted}), [], _green(repo), repo, "9")[3]
+    row = report.patch_rows(_probe(**{names[3]: drifted}), [], _green(), "9")[3]
     assert row.verdict == report.PORT and "kernel parameters changed" in row.reason
 
 
-def test_the_next_line_follows_the_verdicts(repo: Path) -> None:
+def test_the_next_line_follows_the_verdicts() -> None:
     links = _links()
-    rows = report.patch_rows(_probe(), [], _green(repo), repo, "0.5.23")
+    rows = report.patch_rows(_probe(), [], _green(), "0.5.23")
     assert report.next_step(rows, links, "0.5.23", "0.5.23").startswith("nothing:")
-    rows = report.patch_rows(_probe(), [_changed(PATCHES[0].name, sources.BODY)], _green(repo),
-                             repo, "0.5.24")  # fmt: skip
+    rows = report.patch_rows(_probe(), [_changed(PATCHES[0].name, sources.BODY)], _green(),
+                             "0.5.24")  # fmt: skip
     line = report.next_step(rows, links, "0.5.24", "0.5.23")
     assert "make sglang-candidate CANDIDATE=0.5.24 REPIN=1" in line and PATCHES[0].name in line
     unread = report.link_rows(_probe(), [])  # no candidate import of the kernels: those links fail
@@ -230,7 +232,7 @@ def test_repin_refuses_in_ci_and_when_not_green(
 ) -> None:
     links = _links()
     green = report.TestFile("tests/patches/test_gdn_contract.py", passed=1)
-    rows = report.patch_rows(_probe(), [], _green(repo), repo, "9")
+    rows = report.patch_rows(_probe(), [], _green(), "9")
     kwargs: dict[str, Any] = {"checkout": repo, "version": "9", "links": links,
                               "sglang_dir": repo, "contract_tests": green,
                               "pinned_file": repo / "nowhere.json"}  # fmt: skip
@@ -238,10 +240,10 @@ def test_repin_refuses_in_ci_and_when_not_green(
     assert repin.repin(rows=rows, **kwargs) == 1
     assert "CI is set" in capsys.readouterr().err
     monkeypatch.delenv("CI")
-    tests = _green(repo)
-    path = report.patch_test_file(repo, PATCHES[0].module)
+    tests = _green()
+    path = report.patch_test_file(PATCHES[0].module)
     tests[path] = report.TestFile(path, failed=[("t", "x.py:1: boom")])
-    failing = report.patch_rows(_probe(), [], tests, repo, "9")
+    failing = report.patch_rows(_probe(), [], tests, "9")
     assert repin.repin(rows=failing, **kwargs) == 1
     assert f"{PATCHES[0].name} (port)" in capsys.readouterr().err
 
@@ -265,7 +267,7 @@ def test_repin_writes_the_pins_the_version_and_the_pinned_sources(
     old = sources.Found(pin.qualname, 1, "", pin.fingerprint, pin.params)
     new = sources.Found(pin.qualname, 1, "", "e" * 64, (*pin.params, "extra"))
     change = sources.Change(unit, sources.SIGNATURE, old, new, "", "+x\n")
-    rows = report.patch_rows(_probe(), [change], _green(repo), repo, "0.5.99")
+    rows = report.patch_rows(_probe(), [change], _green(), "0.5.99")
     assert [r.verdict for r in rows if r.name == name] == [report.REPIN]
     green = report.TestFile(report.CONTRACT_TEST_FILE, passed=1)
     pinned_file = tmp_path / "pinned.json"

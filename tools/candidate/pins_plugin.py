@@ -1,10 +1,8 @@
 """A pytest plugin (``-p tools.candidate.pins_plugin``): the patches' ``PINS`` are the candidate's.
 
-Why: ``make sglang-candidate`` judges each patch by its own tests against the candidate (re-pin
-when they pass, port when they fail). With the pinned fingerprints the drift guard would refuse
-every changed target and each test would fail for that alone. The pins come from the JSON file
-``QWEN_NPU_CANDIDATE_PINS`` names (``run`` writes it), set on import: ``-p`` loads the plugin
-before any conftest imports SGLang and the start-up hook applies a patch.
+Why: the candidate run judges each patch by its own tests; with the pinned fingerprints the drift
+guard would refuse every changed target and each test would fail for that alone. Set on import from
+``QWEN_NPU_CANDIDATE_PINS``'s file, before any conftest imports SGLang (and the hook patches it).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The candidate side of ``make sglang-candidate``: run inside the candidate's Python.
+"""The candidate side of ``make sglang-candidate``, run inside the candidate's Python.
 
-Why a separate process: the candidate SGLang is imported, patched and probed in its own venv (or
-with its tree first on the path), never in the process that writes the report. The parent starts
-it with the start-up hook off and ``tests/stubs`` on the path, as ``make verify-patches`` does, so
-each patch is applied here after its stand-ins are in place: sgl-kernel-npu's (``tests/stubs``)
-and, for ``gdn-decode-state-layout``, the released K-major decode kernel's stand-in bound in
-``gdn_triton`` (on CPU SGLang binds its own V-major Triton kernel, and the probe would say
-``fixed`` on every release). Writes one JSON object: SGLang's version and folder, per patch the
-trigger imports, the drift guard's state with the pinned ``PINS`` and the behaviour probe, and the
-contract links checked here (with SGLang's own SSM dtype resolution against ours).
+Why a separate process: the candidate SGLang is imported, patched and probed in its own venv, never
+in the process that writes the report. Each patch is applied after its stand-ins are in place: the
+released K-major decode kernel's for ``gdn-decode-state-layout`` (on CPU SGLang binds its own
+V-major kernel, and the probe would say ``fixed`` on every release). Writes JSON for ``report``.
 """
 
 from __future__ import annotations
@@ -56,25 +51,22 @@ def patches(kernel_file: Path) -> dict[str, dict[str, Any]]:
     """Per patch: trigger imports, drift-guard state with the pinned PINS, the probe alone."""
     rows: dict[str, dict[str, Any]] = {}
     for info in PATCHES:
-        row: dict[str, Any] = {"imports": [], "stand_in": None}
+        row: dict[str, Any] = rows.setdefault(info.name, {"imports": "yes", "stand_in": None})
         loaded: list[Any] = []
         for name in hook.TRIGGERS[info.module]:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     loaded.append(importlib.import_module(name))
-                row["imports"].append({"module": name, "ok": True, "error": None})
             except Exception as exc:
-                row["imports"].append({"module": name, "ok": False, "error": _error(exc)})
-        rows[info.name] = row
-        failed = next((i for i in row["imports"] if not i["ok"]), None)
-        if failed is not None:
-            row |= {
-                "state": "target-missing",
-                "detail": f"cannot import {failed['module']}: {failed['error']}",
-                "active": False,
-                "probe": "not run: the target does not import",
-            }
+                row |= {
+                    "imports": f"NO: {_error(exc)}",
+                    "state": "target-missing",
+                    "detail": f"cannot import {name}: {_error(exc)}",
+                    "probe": "not run: the target does not import",
+                }
+                break
+        if row["imports"] != "yes":
             continue
         patch = importlib.import_module(info.module)
         if info.name == DECODE_PATCH:
@@ -87,7 +79,7 @@ def patches(kernel_file: Path) -> dict[str, dict[str, Any]]:
         except Exception as exc:
             row["probe"] = f"error: {_error(exc)}"
         outcome = patch.apply()
-        row |= {"state": outcome.state, "detail": outcome.detail, "active": patch.active()}
+        row |= {"state": outcome.state, "detail": outcome.detail}
     return rows
 
 

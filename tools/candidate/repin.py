@@ -1,11 +1,8 @@
 """``make sglang-candidate REPIN=1``: move the pins to a candidate whose report is green.
 
-Why: after a report says keep / re-pin (or drop) for every patch, the rest is mechanical and easy
-to get half right: the new fingerprints and parameters in each patch's ``PINS``, ``SGLANG_VERSION``
-in docker/versions.env (its one home: the Dockerfiles repeat no pin), and the carried sources the
-next diff starts from. It refuses when the report is not green and always in CI (``CI=true``):
-moving pins is a reviewed change. The edits are textual: the old fingerprint's literal and the same
-``core.Pin(...)``'s parameter tuple when it changed; nothing else in the file moves.
+Why: the rest is mechanical and easy to get half right: the new fingerprints and parameters in each
+patch's ``PINS`` (only the literals change), ``SGLANG_VERSION`` in docker/versions.env (its one
+home) and the carried sources. Refused when the report is not green, and in CI: a reviewed change.
 """
 
 from __future__ import annotations
@@ -41,24 +38,18 @@ def rewrite_pin(source: str, old_fingerprint: str, fingerprint: str, params: Seq
     ]
     if len(calls) != 1 or len(calls[0].args) != 4:
         raise LookupError(f"no single core.Pin(...) holds the fingerprint {old_fingerprint[:16]}")
-    params_node, fingerprint_node = calls[0].args[2:]
-    edits = [(fingerprint_node, f'"{fingerprint}"')]
+    call, params_node = calls[0], calls[0].args[2]
     if not isinstance(params_node, ast.Tuple):
         raise LookupError("the pin's parameters are not a tuple literal; edit them by hand")
+    old_call = str(ast.get_source_segment(source, call))
+    new_call = old_call.replace(
+        str(ast.get_source_segment(source, call.args[3])), f'"{fingerprint}"'
+    )
     if tuple(ast.literal_eval(params_node)) != tuple(params):
-        edits.append((params_node, _tuple_text(params, params_node.col_offset)))
-    data = source.encode()  # ast's columns are UTF-8 byte offsets
-    starts = [0]
-    for line in data.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    spans = []
-    for node, text in edits:
-        assert node.end_lineno is not None and node.end_col_offset is not None
-        start = starts[node.lineno - 1] + node.col_offset
-        spans.append((start, starts[node.end_lineno - 1] + node.end_col_offset, text))
-    for start, end, text in sorted(spans, reverse=True):
-        data = data[:start] + text.encode() + data[end:]
-    return data.decode()
+        old_params = str(ast.get_source_segment(source, params_node))
+        new_params = _tuple_text(params, params_node.col_offset)
+        new_call = new_call.replace(old_params, new_params, 1)
+    return source.replace(old_call, new_call)
 
 
 def move_version(checkout: Path, version: str) -> str:

@@ -1,12 +1,9 @@
 """The candidate report: one verdict per patch, every GDN contract link, the diffs, what next.
 
-Why: whether the engine can move to a new SGLang needs the evidence and the decision side by side.
-A patch's verdict, first rule that holds: ``port`` (its target does not import), ``drop`` (the
-behaviour probe says SGLang fixed it), ``port`` (its tests fail with the candidate's pins, or the
-drift guard refuses it for another reason than its pins), ``keep`` (no pinned target changed but
-comments), ``re-pin`` (a target changed, the tests pass). A contract link whose other side is
-sgl-kernel-npu's fails when SGLang no longer imports the kernel's name, and is otherwise what the
-contract read: ``unknown`` where the kernel's file was not there, never a ``pass`` nobody saw.
+Why: moving to a new SGLang needs the evidence and the decision side by side. A patch's verdict is
+the first that holds: ``port`` (its target does not import), ``drop`` (the probe says SGLang fixed
+it), ``port`` (its tests fail with the candidate's pins, or the guard refuses it otherwise),
+``keep`` (no pinned target changed but comments), ``re-pin`` (a target changed, its tests pass).
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from typing import Any
 from qwen_npu.patches import gdn_contract
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
 from tools.candidate import sources
+from tools.paths import REPO
 
 KEEP, REPIN, PORT, DROP = "keep", "re-pin", "port", "drop"
 CONTRACT_TEST_FILE = "tests/patches/test_gdn_contract.py"
@@ -85,11 +83,10 @@ def parse_junit(path: Path) -> dict[str, TestFile]:
     return files
 
 
-def patch_test_file(checkout: Path, module: str) -> str:
-    """The patch's own test file: ``test_<module's last part>.py`` under tests/patches/."""
+def patch_test_file(module: str) -> str:
     name = f"test_{module.rsplit('.', 1)[-1]}.py"
-    found = sorted((checkout / "tests" / "patches").rglob(name))
-    return str(found[0].relative_to(checkout)) if found else f"tests/patches/{name}"
+    found = sorted((REPO / "tests" / "patches").rglob(name))
+    return str(found[0].relative_to(REPO)) if found else f"tests/patches/{name}"
 
 
 def raised_in(failed: Sequence[tuple[str, str]]) -> str:
@@ -137,23 +134,15 @@ def _diff_cell(changes: Sequence[sources.Change]) -> str:
 
 
 def _verdict(
-    data: Mapping[str, Any],
-    changed: list[sources.Change],
-    test: TestFile,
-    version: str,
-    bad_import: bool,
+    data: Mapping[str, Any], changed: list[sources.Change], test: TestFile, version: str
 ) -> tuple[str, str]:
     missing = [c for c in changed if c.kind == sources.MISSING]
-    if bad_import or data["state"] == "target-missing":
+    if data["state"] == "target-missing":  # probe's word for a trigger import that failed
         return PORT, f"the target does not load in {version}: {data['detail']}"
     if data["probe"] == "fixed":
         return DROP, f"the behaviour probe shows the fix in SGLang {version}"
     if not test.green:
-        first = (
-            test.failed[0][1]
-            if test.failed
-            else "no test of it ran (pytest.log in the report's folder says why)"
-        )
+        first = test.failed[0][1] if test.failed else "none ran (pytest.log says why)"
         said = f"its tests fail against {version} ({test.said}); first: {first}"
         return PORT, said + raised_in(test.failed)
     if missing:
@@ -171,31 +160,17 @@ def patch_rows(
     probe: Mapping[str, Any],
     changes: Sequence[sources.Change],
     tests: Mapping[str, TestFile],
-    checkout: Path,
     version: str,
 ) -> list[PatchRow]:
     rows = []
     for info in PATCHES:
         data = probe["patches"][info.name]
         mine = tuple(c for c in changes if c.unit.owner == info.name)
-        path = patch_test_file(checkout, info.module)
+        path = patch_test_file(info.module)
         test = tests.get(path) or TestFile(path)
-        bad = next((i for i in data["imports"] if not i["ok"]), None)
-        imports = "yes" if bad is None else f"NO: {bad['error']}"
-        verdict = _verdict(data, _changed(mine), test, version, bad is not None)
-        rows.append(
-            PatchRow(
-                info.name,
-                imports,
-                str(data["probe"]),
-                data["state"],
-                _diff_cell(mine),
-                test.said,
-                *verdict,
-                mine,
-                tuple(test.failed),
-            )
-        )
+        verdict = _verdict(data, _changed(mine), test, version)
+        cells = (data["imports"], str(data["probe"]), data["state"], _diff_cell(mine), test.said)
+        rows.append(PatchRow(info.name, *cells, *verdict, mine, tuple(test.failed)))
     return rows
 
 
@@ -266,19 +241,19 @@ def next_step(rows: Sequence[PatchRow], links: Sequence[LinkRow], version: str, 
 
 
 def movable(rows: Sequence[PatchRow], links: Sequence[LinkRow]) -> bool:
-    """Whether ``--repin`` may move the version: no port, no failing link."""
     return all(r.verdict != PORT for r in rows) and all(link.verdict != "fail" for link in links)
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def _table(head: str, rows: Iterable[Sequence[str]]) -> list[str]:
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
-    return [line(head), "|" + "---|" * len(head), *map(line, rows)]
+    return [f"| {head} |", "|" + "---|" * (head.count(" | ") + 1), *map(line, rows)]
 
 
-def _changes_json(changes: Iterable[sources.Change]) -> list[dict[str, str]]:
-    return [{"unit": c.unit.label, "kind": c.kind, "diff": c.diff} for c in changes]
+def _json(row: PatchRow | LinkRow, fields: str) -> dict[str, Any]:
+    changes = [{"unit": c.unit.label, "kind": c.kind, "diff": c.diff} for c in row.changes]
+    return {f: getattr(row, f) for f in fields.split()} | {"changes": changes}
 
 
 def render(
@@ -302,15 +277,8 @@ def render(
         f"{probe.get('python')}; {sum(timings.values()):.0f} s ({steps}).",
         "",
         *_table(
-            (
-                "patch",
-                "target imports",
-                "behaviour probe",
-                "drift guard (pinned PINS)",
-                f"diff against {pinned}",
-                "its tests",
-                "verdict",
-            ),
+            "patch | target imports | behaviour probe | drift guard (pinned PINS) | "
+            f"diff against {pinned} | its tests | verdict",
             [
                 (r.name, r.imports, r.probe, r.guard, r.diff, r.tests, f"**{r.verdict}**")
                 for r in rows
@@ -318,7 +286,7 @@ def render(
         ),
         "",
         *_table(
-            ("GDN contract link", "verdict", "diff of the SGLang code it reads", "evidence"),
+            "GDN contract link | verdict | diff of the SGLang code it reads | evidence",
             [(link.name, link.verdict, link.diff, link.evidence) for link in links],
         ),
         "",
@@ -338,25 +306,14 @@ def render(
     for c in diffs:
         out += [f"### {c.unit.owner}: {c.summary}", "", "```diff", c.diff.rstrip("\n"), "```", ""]
     out += ["", f"Next: {after}", ""]
-    fields = ("name", "verdict", "reason", "imports", "probe", "guard", "tests")
     data = {
         "candidate": version,
         "pinned": pinned,
         "seconds": {k: round(v, 1) for k, v in timings.items()},
         "patches": [
-            {f: getattr(r, f) for f in fields}
-            | {"failures": [list(f) for f in r.failures], "changes": _changes_json(r.changes)}
-            for r in rows
+            _json(r, "name verdict reason imports probe guard tests failures") for r in rows
         ],
-        "gdn_contract": [
-            {
-                "link": link.name,
-                "verdict": link.verdict,
-                "evidence": link.evidence,
-                "changes": _changes_json(link.changes),
-            }
-            for link in links
-        ],
+        "gdn_contract": [{"link": k.name} | _json(k, "verdict evidence") for k in links],
         "movable": movable(rows, links),
         "next": after,
     }

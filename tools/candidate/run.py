@@ -1,16 +1,15 @@
 """``python -m tools.candidate candidate|snapshot``: the loop behind ``make sglang-candidate``.
 
-Why a venv of its own: the candidate SGLang must be imported with the pinned CPU torch and nothing
-else of ours changed, while ``.venv`` keeps the pinned release. ``.venv-candidate`` keeps its base
-(torch, requirements/sglang-cpu.txt, every extra's pins) while those stay the same; the candidate
-is reinstalled each run ``--no-deps`` and reaches the checkout (and the start-up hook) through
-``.pth`` files. ``--source DIR`` skips the venv and puts an SGLang tree first on this Python's path.
-Each step is printed as it starts; the report lands in ``out/sglang-candidate/<version>/``.
+Why a venv of its own: the candidate SGLang must run with the pinned CPU torch while ``.venv`` keeps
+the pinned release. ``.venv-candidate`` keeps its base while its inputs stay the same; the candidate
+is reinstalled each run ``--no-deps`` and reaches the checkout and the start-up hook through
+``.pth`` files. ``--source DIR`` skips the venv: an SGLang tree first on this Python's path.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import hashlib
 import importlib.metadata
@@ -25,6 +24,7 @@ import time
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from subprocess import PIPE, STDOUT, Popen
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser, fail
@@ -38,20 +38,19 @@ VENV = REPO / ".venv-candidate"
 OUT_DIR = OUT / "sglang-candidate"
 REQUIREMENTS = REPO / "requirements" / "sglang-cpu.txt"
 STAMP = ".qwen-npu-candidate-base"
-#: Our variables a child keeps (a renders file of the caller's for a simulator YAML of its own).
+#: The variables a child does not inherit (ours, Python's), but a renders file of the caller's.
+DROPPED = ("QWEN_NPU_", "PYTHON")
 PASSED_ON = frozenset({"QWEN_NPU_CHART_RENDERS"})
 #: The released sgl-kernel-npu decode kernel's stand-in (K-major) that the decode patch's tests use.
 DECODE_KERNEL = REPO / "tests" / "patches" / "gdn_decode_kernel_template.py"
 VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
-PIP_NOISE = (
-    "->",
-    "is ignored: it is neither",
-    "resolver does not currently",
-    "which is not installed",
-    "which is incompatible",
-)
+PIP_INSTALL = ("-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off")
+PIP_NOISE = ("->", "is ignored: it is", "resolver does not", "is not installed", "is incompatible")
 PIP_SHOWN = ("Collecting", "Installing", "Successfully", "ERROR", "Processing", "Attempting")
 STARTED = time.monotonic()
+#: Seconds per finished step (the report's first line); the step running and when it started.
+TIMINGS: dict[str, float] = {}
+_RUNNING: list[tuple[str, float]] = []
 
 
 class CandidateError(Exception):
@@ -59,26 +58,20 @@ class CandidateError(Exception):
 
 
 def step(name: str, what: str) -> None:
-    print(f">> [{time.monotonic() - STARTED:5.0f} s] {name}: {what}", file=sys.stderr, flush=True)
+    now = time.monotonic()
+    for running, started in _RUNNING[-1:]:
+        TIMINGS[running] = now - started
+    _RUNNING.append((name, now))
+    print(f">> [{now - STARTED:5.0f} s] {name}: {what}", file=sys.stderr, flush=True)
 
 
 def stream(
-    command: Sequence[str],
-    log: Path,
-    keep: Callable[[str], bool] = lambda line: True,
-    **popen: Any,
+    command: Sequence[str], log: Path, keep: Callable[[str], bool] = bool, **popen: Any
 ) -> int:
     """Run a child, showing the lines ``keep`` accepts under its step; all of them in ``log``."""
     with (
         log.open("w", encoding="utf-8") as handle,
-        subprocess.Popen(
-            list(command),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            **popen,
-        ) as child,
+        Popen(command, stdout=PIPE, stderr=STDOUT, text=True, bufsize=1, **popen) as child,
     ):
         assert child.stdout is not None
         for line in child.stdout:
@@ -94,16 +87,7 @@ def _pip_line(line: str) -> bool:
 
 
 def _pip(venv: Path, *args: str) -> list[str]:
-    return [
-        str(venv / "bin" / "python"),
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--progress-bar",
-        "off",
-        *args,
-    ]
+    return [str(venv / "bin" / "python"), *PIP_INSTALL, *args]
 
 
 def ensure_base(venv: Path, base_python: str) -> None:
@@ -131,11 +115,7 @@ def ensure_base(venv: Path, base_python: str) -> None:
     if was.get("python") == stamp["python"] and (venv / "bin" / "python").is_file():
         step("venv", f"{venv}: the pins or requirements changed, installing on top")
     else:
-        step(
-            "venv",
-            f"creating {venv} with {base_python}: {torch}, {len(pins)} pins, "
-            f"{REQUIREMENTS.relative_to(REPO)}",
-        )
+        step("venv", f"creating {venv} with {base_python}: {torch} and {len(pins) - 1} pins")
         shutil.rmtree(venv, ignore_errors=True)
         if subprocess.run([base_python, "-m", "venv", str(venv)]).returncode != 0:
             raise CandidateError(f"{base_python} -m venv {venv} failed; see the output above")
@@ -146,7 +126,7 @@ def ensure_base(venv: Path, base_python: str) -> None:
 
 def install_sglang(venv: Path, spec: str) -> None:
     """The candidate SGLang without its GPU dependencies, and the checkout on the venv's path."""
-    step("sglang", f"installing {spec} --no-deps")
+    step("install", f"{spec} --no-deps")
     log = venv / "pip-sglang.log"
     if stream(_pip(venv, "--no-deps", "--force-reinstall", spec), log, _pip_line):
         raise CandidateError(
@@ -163,11 +143,7 @@ def install_sglang(venv: Path, spec: str) -> None:
 
 
 def child_env(extra_path: Sequence[Path], **more: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("QWEN_NPU_", "PYTHON")) or k in PASSED_ON
-    }
+    env = {k: v for k, v in os.environ.items() if k in PASSED_ON or not k.startswith(DROPPED)}
     path = os.pathsep.join(map(str, [*extra_path, REPO, STUBS]))
     return env | {"PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"} | more
 
@@ -190,51 +166,33 @@ def candidate_pins(changes: Sequence[sources.Change]) -> dict[str, list[dict[str
     for name, (module, pinned) in sources.patch_pins().items():
         for pin in pinned:
             new = found.get((name, pin.qualname))
-            pins.setdefault(module, []).append(
-                {
-                    "module": pin.module,
-                    "qualname": pin.qualname,
-                    "params": list(new.params if new and new.params is not None else pin.params),
-                    "fingerprint": new.fingerprint if new else pin.fingerprint,
-                }
-            )
+            if new is not None and new.params is not None:
+                pin = dataclasses.replace(pin, params=new.params, fingerprint=new.fingerprint)
+            pins.setdefault(module, []).append(dataclasses.asdict(pin))
     return pins
 
 
 def run_tests(
     python: Path, extra_path: Sequence[Path], pins: dict[str, Any], out: Path
 ) -> dict[str, report.TestFile]:
-    files = [report.patch_test_file(REPO, info.module) for info in PATCHES]
+    files = [report.patch_test_file(info.module) for info in PATCHES]
     files.append(report.CONTRACT_TEST_FILE)
     step("tests", f"{len(files)} files with the candidate's pins: {' '.join(files)}")
     (out / "pins.json").write_text(json.dumps(pins, indent=1) + "\n", encoding="utf-8")
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
     env = child_env(extra_path, **{ENV_PINS: str(out / "pins.json")})
-    command = [
-        str(python),
-        "-m",
-        "pytest",
-        "-p",
-        "tools.candidate.pins_plugin",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-n",
-        "0",
-        f"--junitxml={junit}",
-        *files,
-    ]
+    plugins = ["-p", "tools.candidate.pins_plugin", "-p", "no:cacheprovider"]
+    command = [str(python), "-m", "pytest", *plugins, "-q", "-n", "0", f"--junitxml={junit}"]
 
     def keep(line: str) -> bool:
         return not line.startswith(("  ", "E ", "tests/", "_")) or "passed" in line
 
-    stream(command, out / "pytest.log", keep, env=env, cwd=REPO)
+    stream([*command, *files], out / "pytest.log", keep, env=env, cwd=REPO)
     return report.parse_junit(junit)
 
 
 def spec_of(args: argparse.Namespace) -> tuple[str, str]:
-    """(pip's requirement, the label) from --version or --wheel."""
     if args.wheel is not None:
         wheel = Path(args.wheel).resolve()
         if not wheel.is_file() or wheel.suffix != ".whl":
@@ -259,9 +217,8 @@ def source_path(directory: str) -> Path:
 
 def check(args: argparse.Namespace) -> int:
     """Validate, then run; runs that use the venv take a lock in out/ (they share it)."""
-    if args.source is not None:
-        return _check(args, [source_path(args.source)], None)
-    spec = spec_of(args)
+    extra = [] if args.source is None else [source_path(args.source)]
+    spec = None if extra else spec_of(args)
     lock = OUT_DIR / ".lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("w") as handle:
@@ -270,20 +227,11 @@ def check(args: argparse.Namespace) -> int:
         except BlockingIOError:
             print(f">> another candidate run holds {lock}; waiting for it", file=sys.stderr)
             fcntl.flock(handle, fcntl.LOCK_EX)
-        return _check(args, [], spec)
+        return _check(args, extra, spec)
 
 
 def _check(args: argparse.Namespace, extra: list[Path], spec: tuple[str, str] | None) -> int:
     pinned = sources.load_pinned()
-    timings: dict[str, float] = {}
-
-    def timed(name: str, action: Callable[[], Any]) -> Any:
-        started = time.monotonic()
-        try:
-            return action()
-        finally:
-            timings[name] = time.monotonic() - started
-
     if spec is None:
         python, origin, label = Path(sys.executable), f"the tree {extra[0]}", "source"
     else:
@@ -291,21 +239,21 @@ def _check(args: argparse.Namespace, extra: list[Path], spec: tuple[str, str] | 
         venv = Path(args.venv).resolve() if args.venv else VENV
         if venv == (REPO / ".venv").resolve():
             raise CandidateError("--venv .venv: the candidate never goes into .venv; pick another")
-        timed("venv", lambda: ensure_base(venv, args.python))
-        timed("install", lambda: install_sglang(venv, requirement))
+        ensure_base(venv, args.python)
+        install_sglang(venv, requirement)
         python = venv / "bin" / "python"
         label = args.version or Path(requirement).name.split("-")[1]
     out = Path(args.out).resolve() if args.out else OUT_DIR / label
     out.mkdir(parents=True, exist_ok=True)
-    probe = timed("probe", lambda: run_probe(python, extra, out))
+    probe = run_probe(python, extra, out)
     version, sglang_dir = str(probe["sglang_version"]), Path(probe["sglang_dir"])
     if not sglang_dir.is_dir():
         raise CandidateError(f"the candidate's sglang does not import: {probe['sglang_dir']}")
     step("diff", f"the pinned {pinned.version}'s code against {sglang_dir}")
-    changes = timed("diff", lambda: sources.compare(pinned, sglang_dir, version))
-    pins = candidate_pins(changes)
-    tests = timed("tests", lambda: run_tests(python, extra, pins, out))
-    rows = report.patch_rows(probe, changes, tests, REPO, version)
+    changes = sources.compare(pinned, sglang_dir, version)
+    tests = run_tests(python, extra, candidate_pins(changes), out)
+    step("report", f"{out / 'report.md'}")
+    rows = report.patch_rows(probe, changes, tests, version)
     links = report.link_rows(probe, changes)
     contract = tests.get(report.CONTRACT_TEST_FILE) or report.TestFile(report.CONTRACT_TEST_FILE)
     text, data = report.render(
@@ -315,13 +263,12 @@ def _check(args: argparse.Namespace, extra: list[Path], spec: tuple[str, str] | 
         probe=probe,
         rows=rows,
         links=links,
-        timings=timings,
+        timings=TIMINGS,
         contract_tests=contract,
     )
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "report.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(data, indent=1) if args.json else text)
-    step("done", f"{out / 'report.md'} ({sum(timings.values()):.0f} s)")
     if not args.repin:
         return 0
     return repin.repin(

@@ -1,23 +1,22 @@
-"""The SGLang code each patch and GDN contract link depends on, found in files by name.
+"""The SGLang code each patch and GDN contract link depends on, found in files by name with ``ast``.
 
-Why: the candidate report diffs exactly the code our patches pin and our contract checks read. The
-pinned release's copy is data (``pinned_sglang.json``, source text as written, by ``snapshot``), so
-the diff needs neither network nor the old wheel. Nothing here imports SGLang: units are found
-with ``ast``. A unit is a ``def`` (a patch's ``PINS``), a ``caller`` (the method of a class that
-calls an op, found wherever the call moves) or an ``import`` (every ``from X import Y`` binding a
-name, and the ``if`` branch it sits under).
+Why: the report diffs exactly the code our patches pin and our contract checks read; the pinned
+release's copy is data (``pinned_sglang.json``), so the diff needs no network nor the old wheel. A
+unit is a ``def`` (a patch's ``PINS``), a ``caller`` (the method of a class calling an op, wherever
+the call moves) or an ``import`` (each ``from X import Y`` binding a name, with its ``if`` branch).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import hashlib
 import importlib
 import json
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +48,6 @@ class Unit:
     selector: str  # DEF: qualname; CALLER: "Class calls op"; IMPORT: the bound name
 
     @property
-    def key(self) -> str:
-        return f"{self.owner}|{self.file}|{self.kind}|{self.selector}"
-
-    @property
     def label(self) -> str:
         return f"sglang/{self.file}: {self.selector}"
 
@@ -70,7 +65,6 @@ class Found:
 
 
 def module_file(module: str) -> str:
-    """``sglang.srt.models.qwen3_5_mtp`` -> ``srt/models/qwen3_5_mtp.py``."""
     return module.removeprefix("sglang.").replace(".", "/") + ".py"
 
 
@@ -105,7 +99,6 @@ CONTRACT_UNITS: dict[str, tuple[tuple[str, str, str], ...]] = {
 
 
 def units() -> list[Unit]:
-    """Every unit, patches first (registry order, then their pins), then the contract links."""
     found = [
         Unit(name, module_file(pin.module), DEF, pin.qualname)
         for name, (_, pins) in patch_pins().items()
@@ -152,25 +145,22 @@ def _caller(tree: ast.Module, lines: Sequence[str], selector: str) -> Found | No
     return None
 
 
-def _conditions(tree: ast.Module) -> dict[int, str]:
-    """id(ImportFrom) -> the ``if`` conditions it sits under (``is_npu()``, ``not (is_cpu())``)."""
-    under: dict[int, str] = {}
-
-    def visit(node: ast.AST, conds: tuple[str, ...]) -> None:
-        if isinstance(node, ast.ImportFrom):
-            under[id(node)] = " and ".join(conds)
-        elif isinstance(node, ast.If):
-            test = ast.unparse(node.test)
-            for branch in node.body:
-                visit(branch, (*conds, test))
-            for branch in node.orelse:
-                visit(branch, (*conds, f"not ({test})"))
-        else:
-            for child in ast.iter_child_nodes(node):
-                visit(child, conds)
-
-    visit(tree, ())
-    return under
+def _imports_under(
+    node: ast.AST, conds: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ast.ImportFrom]]:
+    """Each ``from X import ...`` with the ``if`` conditions it sits under (``is_npu()``,
+    ``not (is_cpu())``)."""
+    if isinstance(node, ast.ImportFrom):
+        yield " and ".join(conds), node
+    elif isinstance(node, ast.If):
+        test = ast.unparse(node.test)
+        for branch in node.body:
+            yield from _imports_under(branch, (*conds, test))
+        for branch in node.orelse:
+            yield from _imports_under(branch, (*conds, f"not ({test})"))
+    else:
+        for child in ast.iter_child_nodes(node):
+            yield from _imports_under(child, conds)
 
 
 #: The line above each import in the carried text: the branch it is in (no line number, so a
@@ -197,21 +187,21 @@ def _bindings(node: ast.ImportFrom, name: str) -> list[tuple[str, str]]:
 
 
 def _imports(tree: ast.Module, lines: Sequence[str], name: str) -> Found | None:
-    conditions = _conditions(tree)
-    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and _bindings(n, name)]
-    if not nodes:
-        return None
-    texts = []
-    for node in sorted(nodes, key=lambda n: n.lineno):
-        cond = conditions.get(id(node), "")
-        header = f"# under: {cond}\n" if cond else "# module level\n"
-        texts.append(header + textwrap.dedent(_segment(lines, node)[1]))
-    first = min(n.lineno for n in nodes)
-    return parsed(Unit("", "", IMPORT, name), "".join(texts), first, f"import {name}")
+    found = sorted(
+        ((cond, node) for cond, node in _imports_under(tree) if _bindings(node, name)),
+        key=lambda pair: pair[1].lineno,
+    )
+    text = "".join(
+        (f"# under: {cond}\n" if cond else "# module level\n")
+        + textwrap.dedent(_segment(lines, node)[1])
+        for cond, node in found
+    )
+    first = found[0][1].lineno if found else 0
+    return parsed(Unit("", "", IMPORT, name), text, first, f"import {name}") if found else None
 
 
 def find(sglang_dir: Path, unit: Unit) -> Found | str:
-    """The unit in the SGLang tree at ``sglang_dir`` (the ``sglang`` package folder), or why not."""
+    """The unit in the tree at ``sglang_dir`` (the ``sglang`` package folder), or why not."""
     where = f"sglang/{unit.file}"
     try:
         source = (sglang_dir / unit.file).read_text(encoding="utf-8")
@@ -250,23 +240,17 @@ def parsed(unit: Unit, source: str, first_line: int, qualname: str) -> Found:
 
 
 def snapshot(sglang_dir: Path, version: str) -> dict[str, Any]:
-    """Every unit's source in the tree at ``sglang_dir``: what ``pinned_sglang.json`` holds."""
     rows = []
     for unit in units():
         found = find(sglang_dir, unit)
         if isinstance(found, str):
             raise LookupError(f"{unit.label}: {found}")
-        rows.append(
-            {
-                "owner": unit.owner,
-                "file": unit.file,
-                "kind": unit.kind,
-                "selector": unit.selector,
-                "qualname": found.qualname,
-                "first_line": found.first_line,
-                "source": found.source,
-            }
-        )
+        carried = {
+            "qualname": found.qualname,
+            "first_line": found.first_line,
+            "source": found.source,
+        }
+        rows.append(dataclasses.asdict(unit) | carried)
     return {
         "about": (
             f"SGLang {version}'s code that qwen-npu's patches and GDN contract checks depend on, "
@@ -284,7 +268,7 @@ def dump(data: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class Pinned:
     version: str
-    by_key: dict[str, Found]
+    by_key: dict[Unit, Found]
 
 
 def load_pinned(path: Path = PINNED_FILE) -> Pinned:
@@ -294,7 +278,7 @@ def load_pinned(path: Path = PINNED_FILE) -> Pinned:
         by_key = {}
         for row in data["units"]:
             unit = Unit(row["owner"], row["file"], row["kind"], row["selector"])
-            by_key[unit.key] = parsed(unit, row["source"], int(row["first_line"]), row["qualname"])
+            by_key[unit] = parsed(unit, row["source"], int(row["first_line"]), row["qualname"])
         return Pinned(str(data["sglang_version"]), by_key)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LookupError(
@@ -357,10 +341,9 @@ def unified(unit: Unit, pinned: Found | None, candidate: Found | None, old: str,
 def compare(
     pinned: Pinned, sglang_dir: Path, new_version: str, only: Iterable[Unit] | None = None
 ) -> list[Change]:
-    """Each unit, the carried copy against the tree at ``sglang_dir``."""
     changes = []
     for unit in only if only is not None else units():
-        old, found = pinned.by_key.get(unit.key), find(sglang_dir, unit)
+        old, found = pinned.by_key.get(unit), find(sglang_dir, unit)
         new = None if isinstance(found, str) else found
         if old is None:
             why = f"not in {PINNED_FILE.name}: run `{SNAPSHOT_VERB}`"

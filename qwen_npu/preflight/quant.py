@@ -24,15 +24,8 @@ UB_AWARE = registry.get_patch("mamba-scatter-ub-aware").name
 #: sgl-kernel-npu's move_intermediate_cache default, which SGLang 0.5.23 never overrides.
 KERNEL_DEFAULT_H_BLOCK_SIZE = 2
 
-PARTS = (
-    "attention",
-    "linear_attention",
-    "dense_mlp",
-    "routed_experts",
-    "shared_experts",
-    "mtp",
-    "other",
-)
+PARTS = ("attention", "linear_attention", "dense_mlp", "routed_experts", "shared_experts")
+PARTS += ("mtp", "other")
 _LINEAR_MODULES = frozenset({"w1", "w2", "w3", "fc"})
 
 
@@ -93,11 +86,6 @@ def scan_description(desc: Mapping[str, Any]) -> DescriptionScan:
             per[scheme] = per.get(scheme, 0) + 1
     result.parts = {p: dict(sorted(counts[p].items())) for p in PARTS if p in counts}
     return result
-
-
-def summarize(desc: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """part -> scheme -> number of projection weights, for the parts present."""
-    return scan_description(desc).parts
 
 
 def scheme_label(schemes: Mapping[str, int]) -> str:

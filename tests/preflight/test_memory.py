@@ -17,7 +17,7 @@ from fixtures.checkpoints import (
 from qwen_npu.checkpoint.model_config import parse_model_config
 from qwen_npu.preflight import Options, run_preflight
 from qwen_npu.preflight.memory import GIB, shape_bytes
-from qwen_npu.preflight.quant import summarize
+from qwen_npu.preflight.quant import scan_description
 
 # The largest size is a slow test: make test runs it, test-fast keeps the three others.
 LARGEST = pytest.param("397B-A17B", marks=pytest.mark.slow)
@@ -32,7 +32,7 @@ def test_shape_estimate_matches_the_checkpoint_size(size: str, schemes: Schemes)
     raw = make_config(size)
     desc = make_description(raw, schemes)
     on_disk = make_index(raw, desc)["metadata"]["total_size"]
-    main, mtp = shape_bytes(parse_model_config(raw, environ={}), summarize(desc))
+    main, mtp = shape_bytes(parse_model_config(raw, environ={}), scan_description(desc).parts)
     assert main + mtp == pytest.approx(on_disk, rel=0.03)
 
 
@@ -62,7 +62,8 @@ def test_mtp_share_matches_the_draft_sglang_builds(size: str) -> None:
     """Within 2 % (measured: 0.006 % or better; preflight leaves out the norms and the shared
     expert gate, a few kB)."""
     raw = make_config(size)
-    _, mtp = shape_bytes(parse_model_config(raw, environ={}), summarize(make_description(raw)))
+    parts = scan_description(make_description(raw)).parts
+    _, mtp = shape_bytes(parse_model_config(raw, environ={}), parts)
     real = SGLANG_LASTING_MTP_BYTES[size]
     assert abs(mtp - real) / real < 0.02
     assert mtp <= real  # preflight never counts more than SGLang allocates

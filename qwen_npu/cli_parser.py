@@ -1,13 +1,10 @@
 """What every ``qwen-npu <verb>`` parses with: one-line errors, checked numbers, checked paths.
 
-At 3 a.m. ``qwen-npu preflight --tp two`` should say what is wrong and where the help is, in one
-line; the full usage stays with ``--help``. Every error of every verb has one shape,
-``qwen-npu <verb>: error: <message>`` (``error_line``, ``fail``), the argument parser's included.
-Numbers are range-checked by the parser (``Number``: ``positive_int``, ``port``, ``fraction``...:
-never 0, a negative, inf or nan where it makes no sense), and output paths before any long run
-starts (``output_file``, ``output_dir``): a bad value is refused before anything is measured or
-written. The exit codes every verb shares are here too (docs/cli.md holds the table).
-Standard library only (the engine image imports it).
+Every error of every verb, the parser's included, is one line ``qwen-npu <verb>: error:
+<message>``; numbers are range-checked and paths checked by the parser, so a bad value is refused
+before anything runs; ``run_verb`` is the edge that turns what a verb did not catch into such a
+line. The exit codes every verb shares are here (docs/cli.md holds the table). Standard library
+only (the engine image imports it).
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
 #: The exit codes every verb shares (docs/cli.md): one meaning each across the package.
-EXIT_OK = 0
 EXIT_FAILED = 1  # the check's verdict is no, the run failed, or a target did not answer
 EXIT_BAD_INPUT = 2  # a flag, file or value the user gave is wrong: the message names it
 EXIT_NO_SPACE = 3  # no space left where the verb writes
@@ -40,36 +36,32 @@ EXIT_BROKEN_PIPE = 141  # stdout closed by the reader (128 + SIGPIPE, as a shell
 
 
 def error_line(prog: str, message: str) -> str:
-    """The one shape of an error: ``<prog>: error: <message>``."""
     return f"{prog}: error: {message}"
 
 
 def fail(prog: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    """Print ``error_line`` on stderr and return ``code`` (for ``return fail(...)``)."""
+    """Print ``error_line`` on stderr and return ``code``."""
     print(error_line(prog, message), file=sys.stderr, flush=True)
     return code
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are ``<prog>: error: <message>; see: <prog>
-    --help``, exit 2."""
+    """Errors as ``<prog>: error: <message>; see: <prog> --help``, exit 2."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, error_line(self.prog, f"{message}; see: {self.prog} --help\n"))
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """As argparse's, without swallowing a write error: a closed stdout under ``--help`` is
-        the edge's (``run_verb``: exit 141), not a silent exit 0."""
+        the edge's (exit 141), not a silent exit 0."""
         if message:
             (file or sys.stderr).write(message)
 
 
 @dataclass(frozen=True)
 class Number:
-    """An argparse ``type=``: a finite int or float within bounds, else a one-line refusal.
-
-    ``accepts`` says whether a value is in range (the bad-input suite asks it which of 0, -1, inf,
-    nan it must see refused)."""
+    """An argparse ``type=``: a finite int or float within bounds, else a one-line refusal
+    (``accepts`` also tells the bad-input suite which of 0, -1, inf, nan to see refused)."""
 
     kind: type[int] | type[float]
     low: float | None = None
@@ -108,13 +100,7 @@ fraction = Number(float, low=0, low_open=True, high=1, what="a fraction above 0 
 unit_interval = Number(float, low=0, high=1, what="a number from 0 to 1")
 
 
-def at_least(low: int) -> Number:
-    """An integer of ``low`` or more."""
-    return Number(int, low=low, what=f"an integer of {low} or more")
-
-
 def float_between(low: float, high: float, low_open: bool = False) -> Number:
-    """A finite number from ``low`` (above it when ``low_open``) to ``high``."""
     side = "above" if low_open else "from"
     what = f"a number {side} {low} to {high}"
     return Number(float, low=low, low_open=low_open, high=high, what=what)
@@ -122,9 +108,8 @@ def float_between(low: float, high: float, low_open: bool = False) -> Number:
 
 @dataclass(frozen=True)
 class OutputPath:
-    """An argparse ``type=`` for where a verb writes: checked before the verb runs, so that a long
-    run never ends in a traceback at its last write. A missing folder on the way is allowed (the
-    verb creates it); the nearest one that exists must be a folder this process can write in."""
+    """An argparse ``type=`` for where a verb writes, checked before a long run rather than at its
+    last write: the nearest existing folder on the way must be one this process can write in."""
 
     folder: bool
     what: str
@@ -166,8 +151,7 @@ output_dir = OutputPath(folder=True, what="a folder to write in")
 
 
 def _flag_for(path: str, argv: Sequence[str]) -> str | None:
-    """``--flag value`` (or ``value`` for a positional) of the argument naming ``path`` or a
-    folder above it; None when no argument does."""
+    """``--flag value`` (or ``value``) of the argument naming ``path`` or a folder above it."""
     target = os.path.abspath(path)
     for i, arg in enumerate(argv):
         flag, value = arg.split("=", 1) if arg.startswith("--") and "=" in arg else (None, arg)
@@ -182,8 +166,8 @@ def _flag_for(path: str, argv: Sequence[str]) -> str | None:
 
 
 def _file_in_traceback(exc: BaseException) -> str | None:
-    """The innermost existing file a frame of the traceback held (a Path or a path string): the
-    file being read when a decoder failed, which its exception does not name."""
+    """The innermost existing file a frame of the traceback held: the file a decoder was reading
+    when it failed, which its exception does not name."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
@@ -203,7 +187,6 @@ def _file_in_traceback(exc: BaseException) -> str | None:
 
 
 def _where(path: str | None, argv: Sequence[str]) -> str:
-    """``--flag value: path`` / ``path`` / ``a file it read`` for a message's start."""
     if path is None:
         return "a file it read"
     given = _flag_for(path, argv)
@@ -212,7 +195,6 @@ def _where(path: str | None, argv: Sequence[str]) -> str:
     return given if given.endswith(path) else f"{given}: {path}"
 
 
-#: errno name -> what it means for a path the user gave, and the fix.
 _PATH_ERRORS = {
     "ENOENT": "no such file or folder; check the path",
     "EISDIR": "is a folder; pass a file",
@@ -283,7 +265,7 @@ def describe(exc: BaseException, argv: Sequence[str]) -> tuple[str, int] | None:
 
 
 def _stdout_closed() -> bool:
-    """Whether stdout is a pipe whose reader has gone (a BrokenPipeError is then stdout's)."""
+    """Whether stdout is a pipe whose reader has gone."""
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
@@ -294,8 +276,8 @@ def _stdout_closed() -> bool:
 
 
 def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's last flush does not fail again (the
-    Python documentation's recipe for SIGPIPE)."""
+    """Point stdout at /dev/null so the interpreter's last flush does not fail again (Python's
+    recipe for SIGPIPE)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -304,11 +286,9 @@ def _quiet_stdout() -> None:
 
 
 def run_verb(prog: str, entry: Callable[[list[str]], int | None], argv: list[str]) -> int:
-    """Run a verb's ``main(argv)`` at the CLI's edge: a closed stdout is quiet (exit 141), Ctrl-C
-    one line (130), and an uncaught OSError, UnicodeError, ssl.SSLError, yaml.YAMLError or
-    json.JSONDecodeError one line naming the file or flag and the fix (``describe``; 2 bad input,
-    1 an unreachable target, 3 no space). Anything else is a bug: one line saying so (exit 1),
-    its traceback with ``QWEN_NPU_TRACEBACK=1``."""
+    """Run a verb's ``main(argv)`` at the CLI's edge: a closed stdout is quiet (141), Ctrl-C one
+    line (130), an error ``describe`` knows one line naming the file or flag and the fix, anything
+    else one line calling it a bug (1; its traceback with ``QWEN_NPU_TRACEBACK=1``)."""
     if sys.stdout is None:  # started with stdout closed (>&-): what it prints goes nowhere
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # the process's stdout from now on
     try:
@@ -340,9 +320,9 @@ def run_verb(prog: str, entry: Callable[[list[str]], int | None], argv: list[str
 
 
 def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | None:
-    """The ``Number`` for a pydantic field of type int or float (``Optional`` too), its bounds from
-    the field's ``ge``/``gt``/``le`` limits; None for a field of another type. Duck-typed: no
-    pydantic import here. ``none_words`` (for an optional field) pass through as text."""
+    """The ``Number`` for a pydantic int or float field (``Optional`` too; ``none_words`` pass as
+    text), its bounds from ``ge``/``gt``/``le``; None for another type. Duck-typed: no pydantic
+    import here."""
     annotation = getattr(field, "annotation", None)
     kinds = [a for a in (typing.get_args(annotation) or (annotation,)) if a is not type(None)]
     if len(kinds) != 1 or kinds[0] not in (int, float):
@@ -370,8 +350,8 @@ def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | No
 
 @dataclass(frozen=True)
 class InputPath:
-    """An argparse ``type=`` for a file or folder a verb reads: it exists, is of the right kind
-    and this process can read it (a real open, not os.access), else a one-line refusal."""
+    """An argparse ``type=`` for a file or folder a verb reads and can (a real open, not
+    os.access, which asks for the real uid)."""
 
     folder: bool
 

@@ -1,18 +1,10 @@
-"""The one log line shape of every part of qwen-npu (patches, sidecar, simulator, load test, fetch):
+"""The one log line shape of every part of qwen-npu, so on-call greps one shape in every log:
 
     qwen_npu.<part> level=<LEVEL> event=<event> key=value ... next="<what to do next>"
 
-Why this exists: at 3 a.m. on-call greps one shape in the engine's, the sidecar's and the Job's
-logs: one line per event, logfmt (a value with a space, a quote or ``=`` is double-quoted with
-backslash escapes; ``None`` fields are left out), and ``next=`` where something needs doing.
-A module binds its part once, ``log = PartLog("sidecar")``, and calls ``log(level, event,
-**fields)``; that is the one way in. A part's logger has its own stderr handler (the lines appear
-whatever the host process does with the root logger, e.g. SGLang in the engine) and does not
-propagate; a part named in ``LEVEL_ENV`` takes its threshold from that environment variable.
-``RateLimiter`` keeps a repeated failure to one line a minute. ``LINE`` is the shape as a regular
-expression (the tests hold every part's lines, and the engine entrypoint's, to it).
-
-Standard library only: it runs inside the engine (Python 3.12) too.
+logfmt, ``None`` fields left out. ``log = PartLog("sidecar")`` binds a part; its logger has its
+own stderr handler and does not propagate (the lines appear whatever the host process, e.g.
+SGLang, does with the root logger). ``LINE`` is the shape as a regex. Standard library only.
 """
 
 from __future__ import annotations
@@ -28,18 +20,15 @@ PREFIX = "qwen_npu"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: Parts whose threshold an environment variable sets (read at the part's first line).
 LEVEL_ENV = {"patches": "QWEN_NPU_PATCH_LOG_LEVEL"}
-#: One whole line: the part, the level (upper case), the event, then ``key=value`` fields, each
-#: value bare or double-quoted with backslash escapes (``quote``).
 LINE = re.compile(
     rf"{PREFIX}\.[a-z][a-z0-9_.]* level=(?:{'|'.join(LEVELS)}) event=[A-Za-z0-9_.-]+"
     r'(?: [A-Za-z_][A-Za-z0-9_.]*=(?:"(?:[^"\\\n]|\\.)*"|[^ "=\n\t]+))*'
 )
-#: Parts whose threshold this process has set (``PartLog.logger``'s first use, ``setup``).
 _CONFIGURED: set[str] = set()
 
 
 def quote(value: object) -> str:
-    """A logfmt value: as is, or double-quoted when it holds a space, a quote, ``=``, a newline."""
+    """A logfmt value: as is, or double-quoted with backslash escapes."""
     text = str(value)
     if text == "" or any(c in text for c in ' "=\n\t'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
@@ -47,14 +36,13 @@ def quote(value: object) -> str:
 
 
 def format_fields(event: str, fields: Mapping[str, object]) -> str:
-    """``event=<event> k=v ...`` in the order given, ``None`` values left out."""
     parts = [f"event={event}"]
     parts += [f"{key}={quote(value)}" for key, value in fields.items() if value is not None]
     return " ".join(parts)
 
 
 def level_number(level: str) -> int:
-    """``"info"``, ``"warn"``, ``"WARNING"`` ... as logging's number (unknown names: INFO)."""
+    """``"info"``, ``"WARNING"`` ... as logging's number (unknown names: INFO)."""
     number = logging.getLevelNamesMapping().get(level.strip().upper())
     return number if number is not None else logging.INFO
 
@@ -66,9 +54,8 @@ def line(part: str, level: str, event: str, **fields: object) -> str:
 
 
 class Formatter(logging.Formatter):
-    """The shape for any record: ``log``'s records carry their event and fields; a plain record
-    (a library's own message, e.g. uvicorn's) becomes ``event=message msg="..."``, written as the
-    ``part`` it serves (``qwen_npu.sim ... logger=uvicorn.error``) when one is given."""
+    """The shape for any record; a library's own (uvicorn's) becomes ``event=message msg=...``,
+    written as the ``part`` it serves when one is given."""
 
     def __init__(self, part: str | None = None) -> None:
         super().__init__()
@@ -105,8 +92,8 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def get_logger(part: str, level: str | None = None) -> logging.Logger:
-    """The logger ``qwen_npu.<part>`` with the shared stderr handler (added once), not
-    propagating; ``level`` sets its threshold (left as it is when not given; INFO at first)."""
+    """The logger ``qwen_npu.<part>`` with its stderr handler; ``level`` sets its threshold (INFO
+    at first)."""
     logger = logging.getLogger(f"{PREFIX}.{part}")
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
         logger.addHandler(_StderrHandler())
@@ -119,8 +106,8 @@ def get_logger(part: str, level: str | None = None) -> logging.Logger:
 
 
 def setup(part: str, level: str, also: Iterable[str] = ()) -> logging.Logger:
-    """A process's logging: the part's logger at ``level``, and the loggers named in ``also``
-    (a server library's, e.g. uvicorn's) written in the same shape through the same handler."""
+    """A process's logging: the part's logger at ``level``, and the loggers named in ``also`` (a
+    server library's) in the same shape."""
     logger = get_logger(part, level)
     for name in also:
         other = logging.getLogger(name)
@@ -131,7 +118,6 @@ def setup(part: str, level: str, also: Iterable[str] = ()) -> logging.Logger:
 
 
 def log(part: str, level: str, event: str, **fields: object) -> None:
-    """Emit one line ``qwen_npu.<part> level=... event=<event> k=v ...`` at ``level``."""
     get_logger(part).log(
         level_number(level),
         event,
@@ -140,16 +126,14 @@ def log(part: str, level: str, event: str, **fields: object) -> None:
 
 
 class PartLog:
-    """``log(level, event, **fields)`` of one part: ``log = PartLog("sim")``, then
-    ``log("info", "ready", next="...")``. ``next=`` is written last."""
+    """``log(level, event, **fields)`` of one part; ``next=`` is written last."""
 
     def __init__(self, part: str) -> None:
         self.part = part
 
     def logger(self) -> logging.Logger:
-        """The part's logger. The first use in the process sets its threshold (``LEVEL_ENV``'s
-        variable, INFO otherwise); after that the threshold is whatever the process set, so a
-        caller that quiets the part (``logger().setLevel(...)``) quiets every module of it."""
+        """The part's logger; its first use sets its threshold (``LEVEL_ENV``'s variable, else
+        INFO), after which a caller that quiets the part quiets every module of it."""
         if self.part not in _CONFIGURED:
             _CONFIGURED.add(self.part)
             env = LEVEL_ENV.get(self.part)
@@ -158,7 +142,6 @@ class PartLog:
         return get_logger(self.part)
 
     def setup(self, level: str, also: Iterable[str] = ()) -> logging.Logger:
-        """A process's logging for this part (see ``setup``)."""
         _CONFIGURED.add(self.part)
         return setup(self.part, level, also)
 
@@ -169,7 +152,7 @@ class PartLog:
 
 
 class RateLimiter:
-    """Allows one log line per key per ``every_s`` seconds."""
+    """One log line per key per ``every_s`` seconds."""
 
     def __init__(self, every_s: float = 60.0) -> None:
         self.every_s = every_s
@@ -182,18 +165,3 @@ class RateLimiter:
             return False
         self._last[key] = now
         return True
-
-
-__all__ = [
-    "LINE",
-    "PREFIX",
-    "Formatter",
-    "PartLog",
-    "RateLimiter",
-    "format_fields",
-    "get_logger",
-    "line",
-    "log",
-    "quote",
-    "setup",
-]

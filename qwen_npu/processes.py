@@ -1,13 +1,7 @@
-"""Start a process, wait until it answers, stop it: the one harness for tests, the demo and perf.
-
-Why this exists: the simulator, the sidecar, Prometheus, the router and the demo are all started
-the same way (a child process with its output in a log file, a readiness condition polled until it
-holds or the child dies, then terminate and, if it lingers, kill). Writing that once keeps every
-caller's failure message the same: what was awaited, for how long, and the tail of the child's log.
-
-Waiting is event-driven: ``wait_until`` polls a condition with a short sleep and gives up only at a
-generous deadline (a slow machine waits longer, it does not fail), or at once when the child exits.
-Standard library only, so the engine image can import it too.
+"""Start a process, wait until it answers, stop it: the one harness for tests, the demo and perf,
+so every caller's failure says the same: what was awaited, for how long, and the tail of the
+child's log. Waits poll a condition up to a generous deadline (a slow machine waits longer, it does
+not fail), or end at once when the child exits. Standard library only.
 """
 
 from __future__ import annotations
@@ -26,12 +20,11 @@ from typing import IO, TypeVar
 
 T = TypeVar("T")
 
-#: How long a readiness wait lasts by default: generous, since a loaded CI machine is slow.
 DEFAULT_TIMEOUT_S = 60.0
 
 
 class WaitTimeout(TimeoutError):
-    """The awaited condition did not hold in time (the message says what, and the log tail)."""
+    """The awaited condition did not hold in time."""
 
 
 class ProcessExited(RuntimeError):
@@ -39,14 +32,12 @@ class ProcessExited(RuntimeError):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago on ``host`` (the OS picks it)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True when nothing listens on ``host:port`` and it can be bound."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -57,7 +48,6 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:
-    """True when a TCP connect to ``host:port`` succeeds."""
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
@@ -76,7 +66,6 @@ def http_status(url: str, timeout: float = 2.0, headers: Mapping[str, str] | Non
 
 
 def log_tail(log: Path | None, chars: int = 2000) -> str:
-    """The end of a child's log file, for error messages ('' without one)."""
     if log is None or not log.exists():
         return ""
     return log.read_text(errors="replace")[-chars:]
@@ -91,11 +80,8 @@ def wait_until(
     proc: subprocess.Popen[bytes] | None = None,
     log: Path | None = None,
 ) -> T:
-    """Poll ``check`` until it returns something truthy, and return that.
-
-    Raises ``ProcessExited`` at once if ``proc`` exits meanwhile, ``WaitTimeout`` after
-    ``timeout_s``; both messages name ``what`` and carry the tail of ``log``.
-    """
+    """Poll ``check`` until it returns something truthy, and return that; ``ProcessExited`` at
+    once if ``proc`` exits, ``WaitTimeout`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = check()
@@ -120,7 +106,6 @@ def wait_http(
     log: Path | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> None:
-    """Wait until GET ``url`` answers ``status``."""
     wait_until(
         lambda: http_status(url, headers=headers) == status,
         what=what or f"GET {url} -> {status}",
@@ -131,29 +116,20 @@ def wait_http(
     )
 
 
-def _leads_group(proc: subprocess.Popen[bytes]) -> bool:
-    """True when ``proc`` was started in a session of its own (``new_session=True``)."""
-    try:
-        return os.getpgid(proc.pid) == proc.pid
-    except ProcessLookupError:
-        return False
-
-
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0, sig: int = signal.SIGTERM) -> int:
-    """Send ``sig`` (SIGTERM), wait ``grace_s``, then SIGKILL; return the exit status.
+    """Send ``sig``, wait ``grace_s``, then SIGKILL; return the exit status. A child started with
+    ``new_session=True`` gets the signals as a whole process group (a ``make`` and its children)."""
 
-    A child started with ``new_session=True`` gets the signals as a whole process group (a
-    ``make`` and what it started).
-    """
-    if proc.poll() is None:
-        group = _leads_group(proc)
+    def send(sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+            os.killpg(proc.pid, sig) if os.getpgid(proc.pid) == proc.pid else proc.send_signal(sig)
+
+    if proc.poll() is None:
+        send(sig)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
+            send(signal.SIGKILL)
             proc.wait(timeout=10)
     return int(proc.returncode)
 
@@ -168,12 +144,9 @@ def start(
     new_session: bool = False,
     inherit_output: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` with stdout and stderr in ``log`` (or discarded) and no stdin.
-
-    ``env`` adds to this process's environment, or replaces it with ``replace_env=True``;
-    ``new_session`` starts it in a process group of its own (``stop`` then signals the group);
-    ``inherit_output`` keeps this process's stdout and stderr (no ``log``).
-    """
+    """Start ``cmd`` with stdout and stderr in ``log`` (or discarded, or this process's with
+    ``inherit_output``) and no stdin; ``env`` adds to this process's environment, or replaces it
+    with ``replace_env``."""
     child_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
     out: IO[bytes] | int | None = None if inherit_output else subprocess.DEVNULL
     if log is not None:
@@ -209,11 +182,8 @@ def running(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     grace_s: float = 10.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``cmd``, wait for ``ready_url`` to answer 200 and/or ``ready()``, yield, then stop it.
-
-    The child is stopped (SIGTERM, then SIGKILL after ``grace_s``) whatever happens, including
-    when the wait fails.
-    """
+    """Start ``cmd``, wait for ``ready_url`` to answer 200 and/or ``ready()``, yield, then stop it
+    whatever happens (the wait's failure included)."""
     label = what or os.path.basename(str(cmd[0]))
     proc = start(cmd, log=log, env=env, replace_env=replace_env, cwd=cwd, new_session=new_session)
     try:
@@ -226,20 +196,3 @@ def running(
         yield proc
     finally:
         stop(proc, grace_s=grace_s)
-
-
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "ProcessExited",
-    "WaitTimeout",
-    "free_port",
-    "http_status",
-    "listening",
-    "log_tail",
-    "port_free",
-    "running",
-    "start",
-    "stop",
-    "wait_http",
-    "wait_until",
-]

@@ -1,11 +1,7 @@
-"""``make perf``'s last step: the reports in out/perf/ assembled into docs/perf.md.
-
-Why this exists: every timing figure the docs quote has one home, docs/perf.md. Its hand-kept part
-(the ``make test`` runs, the image builds, measured by hand with their commands) stays as written;
-its generated part, between the two markers, is one block per report that ``make perf-<part>``,
-``make failover`` or ``make autoscaling`` left in out/perf/<part>.md. A block whose report is not
-in out/perf/ this time is kept as it was, so ``make perf-sim`` followed by this step refreshes the
-simulator's block alone. Standard library only.
+"""``make perf``'s last step: the reports in out/perf/ assembled into docs/perf.md, the one home of
+every timing figure the docs quote. Between its two markers the page holds one block per report;
+a block whose report is absent this time stays as it was (``make perf-sim`` then this step
+refreshes the simulator's block alone). Standard library only.
 """
 
 from __future__ import annotations

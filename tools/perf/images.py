@@ -1,13 +1,9 @@
-"""`make perf-images`: the sidecar image's Python environment, measured here without Docker.
+"""`make perf-images`: the sidecar image's Python environment, measured without Docker.
 
-Why it exists: the sidecar image must stay under 200 MB and start fast, and no Docker engine runs
-on these machines. This rebuilds the image's /opt/venv the way docker/sidecar.Dockerfile does
-(the wheel, `<wheel>[sidecar]` held by docker/sidecar-constraints.txt, pip and setuptools removed),
-offline from .venv-wheels/sidecar, then measures its size, the sidecar's time from start to the
-first /livez 200 and its resident memory. When `make image-test` has built the images with podman,
-their sizes and what our layers add are reported too. Figures go to out/perf/images.md and stdout.
-
-    .venv/bin/python tools/perf/images.py --out out/perf/images.md [--starts 5]
+The image must stay under 200 MB and start fast, and no Docker engine runs here: this rebuilds
+its /opt/venv the way docker/sidecar.Dockerfile does, offline from .venv-wheels/sidecar, and
+measures its size, the sidecar's start to the first /livez 200 and its memory; with podman
+images from `make image-test`, their sizes too. Figures go to out/perf/images.md and stdout.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from pathlib import Path
 from qwen_npu import processes
 from tools.paths import REPO
 from tools.perf.report import write_report
+from tools.perf.sidecar import rss_mb
 from tools.versions import read_versions
 
 # python:3.11-slim-bookworm, uncompressed, as `docker image ls` reports it (an estimate: the build
@@ -62,13 +59,6 @@ def build_env(root: Path) -> tuple[Path, dict[str, float]]:
     return venv, timings
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def start_once(venv: Path) -> tuple[float, float]:
     """Seconds from spawn to the first /livez 200, and the RSS in MiB right after."""
     port = processes.free_port()
@@ -96,7 +86,7 @@ def start_once(venv: Path) -> tuple[float, float]:
         except (processes.WaitTimeout, processes.ProcessExited) as exc:
             sys.exit(f"perf-images: {str(exc).splitlines()[0]}")
         elapsed = time.perf_counter() - start
-        return elapsed, _rss_mb(proc.pid)
+        return elapsed, rss_mb(proc.pid)
     finally:
         processes.stop(proc)
 

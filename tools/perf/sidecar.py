@@ -1,21 +1,14 @@
-"""``make perf-sidecar``: probe and scrape latency under load, and memory over an hour of scrapes.
+"""``make perf-sidecar``: probe and scrape latency under load, and memory over hours of scrapes.
 
-Why this exists: the issue's speed and memory goals are measured, not asserted in tests. This
-starts the simulator and the real sidecar process (uvicorn, the CLI, as in the pod) on 127.0.0.1,
-then:
+The real sidecar process (uvicorn, the CLI, as in the pod) against the simulator on 127.0.0.1:
 
-1. latency: an open-loop client sends ``/readyz`` (default 200 requests/s, the kubelet's probes
-   many times over) and then ``/metrics`` (default 20/s: the page is built at scrape time by one
-   collector, about 1.6 ms of CPU, so 20/s is over 100 times what a Prometheus pair scraping
-   every 15 s asks) for a few seconds each, and reports p50/p99/max per endpoint (goal: p99 under
-   5 ms). Open loop: requests leave on schedule whether or not earlier ones returned.
-2. memory: with the sidecar's poll, info and canary loops sped up so that one hour of polling
-   (720 health probes, 240 /server_info + /metrics reads, 60 canaries at the defaults) passes in
-   under a minute, it serves one hour of Prometheus scrapes (240 at 15 s) and kubelet probes
-   (1080 at 10 s per probe) several times over, sampling the process's RSS (goal: under 80 MB at
-   the end, and no growth between the middle and the end of the run).
-
-Figures are written as Markdown to ``--out`` and printed.
+1. latency: an open-loop client (requests leave on schedule whether or not earlier ones returned)
+   sends ``/readyz`` (200/s, the kubelet's probes many times over) then ``/metrics`` (20/s, over
+   100 times a Prometheus pair's 15 s scrapes) for a few seconds each: p50/p99/max (goal: p99
+   under 5 ms).
+2. memory: with the poll, info and canary loops sped up (an hour of polling in under a minute),
+   hours of Prometheus scrapes (240 an hour) and kubelet probes (1080 an hour), sampling the RSS
+   (goal: under 80 MB at the end, no growth from the middle to the end).
 """
 
 from __future__ import annotations
@@ -37,6 +30,7 @@ import httpx
 from qwen_npu import processes
 from qwen_npu.processes import free_port
 from qwen_npu.sim.testing import running_sim
+from tools.perf.report import write_report
 
 GOAL_P99_MS = 5.0
 GOAL_RSS_MB = 80.0
@@ -47,7 +41,7 @@ def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    return float("nan")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -58,7 +52,7 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextmanager
 def sidecar_process(engine_url: str, env_extra: dict[str, str]) -> Iterator[tuple[str, int]]:
-    """The real sidecar process on a free port, ready; yields (base URL, pid); stopped at exit."""
+    """The real sidecar process on a free port, ready; yields (base URL, pid)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("QWEN_NPU_")}
     env.update(env_extra)
@@ -92,12 +86,8 @@ class Latency:
 
 
 class _Conn:
-    """One keep-alive HTTP/1.1 connection with the least client work possible (raw streams).
-
-    httpx costs about a millisecond of CPU per request; on a shared two-core machine that is
-    measured as server latency. This client writes a fixed request and reads the status line,
-    the headers and a Content-Length body; nothing more.
-    """
+    """One keep-alive HTTP/1.1 connection on raw streams: httpx's millisecond of CPU per request
+    would be measured as server latency on a shared two-core machine."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -286,10 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("out/perf/sidecar.md"))
     args = p.parse_args(argv)
     report = asyncio.run(measure(args.rate, args.metrics_rate, args.seconds, args.hours))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
-    print(report)
-    return 0
+    return write_report(args.out, [report])
 
 
 if __name__ == "__main__":

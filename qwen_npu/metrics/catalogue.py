@@ -1,11 +1,8 @@
 """THE catalogue of the sidecar's ``qwen_npu_*`` metrics: names, kinds, help, labels, buckets.
 
-Why this exists: dashboards, alert rules, docs and tests all read ``CATALOGUE``; the sidecar's
-collector (``qwen_npu.sidecar.collector``) builds exactly these metric families from it at
-scrape time and nothing else, so a renamed metric breaks a test, not a dashboard at 3 a.m. The
-names are the contract in docs/architecture.md. Standard library only, so the dashboard generator
-imports it without prometheus_client. Patch names and states, and the GDN contract's links and
-verdicts, are not declared here: they come from the patch ledger (``qwen_npu.patches.registry``).
+The collector builds exactly these families at scrape time, and the dashboards, alerts, docs and
+tests read them, so a renamed metric breaks a test, not a dashboard. Patch names and states and
+the GDN contract's links and verdicts come from the patch ledger. Standard library only.
 """
 
 from __future__ import annotations
@@ -42,6 +39,18 @@ def _g(name: str, help_: str, unit: str = "short", labels: tuple[str, ...] = ())
     return MetricSpec(PREFIX + name, "gauge", help_, labels, unit=unit)
 
 
+def _c(name: str, help_: str, labels: tuple[str, ...] = ()) -> MetricSpec:
+    return MetricSpec(PREFIX + name, "counter", help_, labels, unit="short")
+
+
+def _h(name: str, help_: str, buckets: tuple[float, ...]) -> MetricSpec:
+    return MetricSpec(PREFIX + name, "histogram", help_, buckets=buckets, unit="s")
+
+
+def _i(name: str, help_: str, labels: tuple[str, ...]) -> MetricSpec:
+    return MetricSpec(PREFIX + name, "info", help_, labels, unit="short")
+
+
 CATALOGUE: tuple[MetricSpec, ...] = (
     # Engine health, as the sidecar's background probe sees it.
     _g("engine_up", "1 when the engine's HTTP server answers at all (any status), else 0."),
@@ -53,12 +62,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine_draining",
         "1 when the engine answers 503 after having been ready (SGLang shutting down).",
     ),
-    MetricSpec(
-        PREFIX + "engine_health_probe_seconds",
-        "histogram",
+    _h(
+        "engine_health_probe_seconds",
         "Latency of the sidecar's /health_generate probes (failures too, up to the timeout).",
-        buckets=HEALTH_PROBE_BUCKETS,
-        unit="s",
+        HEALTH_PROBE_BUCKETS,
     ),
     _g(
         "engine_consecutive_failures",
@@ -79,27 +86,21 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Seconds since the current engine start was first ready; 0 before.",
         "s",
     ),
-    MetricSpec(
-        PREFIX + "engine_restarts_total",
-        "counter",
+    _c(
+        "engine_restarts_total",
         "Engine restarts seen: the engine port refused connections after it had been ready.",
-        unit="short",
     ),
-    MetricSpec(
-        PREFIX + "engine_errors_total",
-        "counter",
+    _c(
+        "engine_errors_total",
         "Failed exchanges with the engine by kind (connect, timeout, status, too_large, "
         "malformed); expected failures while the engine is still starting are not counted.",
         ("kind",),
-        unit="short",
     ),
     # Build and patches.
-    MetricSpec(
-        PREFIX + "build_info",
-        "info",
+    _i(
+        "build_info",
         "Always 1; labels carry the qwen-npu and SGLang versions (unknown when not reported).",
         ("qwen_npu_version", "sglang_version"),
-        unit="short",
     ),
     _g(
         "patch_state",
@@ -147,12 +148,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     ),
     # Speculative decoding.
     _g("spec_enabled", "1 when the engine runs speculative decoding (from /server_info)."),
-    MetricSpec(
-        PREFIX + "spec_info",
-        "info",
+    _i(
+        "spec_info",
         "Always 1; the speculative algorithm (none when off, unknown before /server_info answers).",
         ("algorithm",),
-        unit="short",
     ),
     _g("spec_num_steps", "speculative_num_steps from /server_info."),
     _g(
@@ -160,12 +159,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "speculative_num_draft_tokens (draft tokens per verify) from /server_info.",
     ),
     # Output-quality canary.
-    MetricSpec(
-        PREFIX + "canary_runs_total",
-        "counter",
+    _c(
+        "canary_runs_total",
         "Canary requests by result (ok, degenerated, golden_mismatch, error).",
         ("result",),
-        unit="short",
     ),
     _g(
         "canary_degeneration_score",
@@ -186,13 +183,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Unix time of the last ok canary run.",
         "dateTimeAsIso",
     ),
-    MetricSpec(
-        PREFIX + "canary_latency_seconds",
-        "histogram",
-        "Latency of canary requests.",
-        buckets=CANARY_LATENCY_BUCKETS,
-        unit="s",
-    ),
+    _h("canary_latency_seconds", "Latency of canary requests.", CANARY_LATENCY_BUCKETS),
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}

@@ -1,15 +1,8 @@
-"""The metrics other programs of a deployment export, that the dashboards and alerts read.
-
-Neither the engine nor the sidecar exports these. Listed here so that every metric a dashboard or
-alert uses is declared somewhere (a renamed one breaks a test, not a dashboard), and so that the
-end-to-end test's fixture exporter serves the same shape:
-
-- ``NPU_EXPORTER_METRICS``: MindCluster's ``npu-exporter`` DaemonSet, one series per chip with the
-  labels below (pod, namespace and container are filled when the chip is allocated to a
-  container);
-- ``ROUTER_METRICS``: the router (sglang-router, ``smg``) on its ``--prometheus-port`` (names
-  ``smg_*``), with the labels the pinned router puts on them (seen on its /metrics by
-  ``make failover``).
+"""The metrics other programs of a deployment export, that the dashboards and alerts read: declared
+so a renamed one breaks a test, not a dashboard, and so the end-to-end test's fixture exporter
+serves the same shape. ``NPU_EXPORTER_METRICS``: MindCluster's ``npu-exporter``, one series per
+chip (pod, namespace and container filled when the chip is allocated); ``ROUTER_METRICS``: the
+router (``smg_*``) with the labels the pinned router puts on them (seen by ``make failover``).
 """
 
 from __future__ import annotations
@@ -18,43 +11,20 @@ from qwen_npu.metrics.spec import MetricSpec
 
 CHIP_LABELS: tuple[str, ...] = ("id", "model_name", "namespace", "pod_name", "container_name")
 
+
+def _chip(name: str, help_: str, unit: str = "") -> MetricSpec:
+    return MetricSpec(f"npu_chip_info_{name}", "gauge", help_, CHIP_LABELS, unit=unit)
+
+
 NPU_EXPORTER_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec(
-        "npu_chip_info_utilization",
-        "gauge",
-        "AI core utilization of the chip (percent).",
-        CHIP_LABELS,
-        unit="percent",
-    ),
-    MetricSpec(
-        "npu_chip_info_hbm_used_memory",
-        "gauge",
-        "HBM used on the chip (MB).",
-        CHIP_LABELS,
-        unit="mbytes",
-    ),
-    MetricSpec(
-        "npu_chip_info_hbm_total_memory",
-        "gauge",
-        "HBM total on the chip (MB).",
-        CHIP_LABELS,
-        unit="mbytes",
-    ),
-    MetricSpec(
-        "npu_chip_info_temperature",
-        "gauge",
-        "Chip temperature (Celsius).",
-        CHIP_LABELS,
-        unit="celsius",
-    ),
-    MetricSpec("npu_chip_info_power", "gauge", "Chip power (W).", CHIP_LABELS, unit="watt"),
-    MetricSpec(
-        "npu_chip_info_health_status",
-        "gauge",
-        "Chip health: 1 = healthy, 0 = unhealthy.",
-        CHIP_LABELS,
-    ),
+    _chip("utilization", "AI core utilization of the chip (percent).", "percent"),
+    _chip("hbm_used_memory", "HBM used on the chip (MB).", "mbytes"),
+    _chip("hbm_total_memory", "HBM total on the chip (MB).", "mbytes"),
+    _chip("temperature", "Chip temperature (Celsius).", "celsius"),
+    _chip("power", "Chip power (W).", "watt"),
+    _chip("health_status", "Chip health: 1 = healthy, 0 = unhealthy."),
 )
+
 
 ROUTER_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(

@@ -1,10 +1,7 @@
-"""SGLang 0.5.23's own ``sglang:*`` metrics: names, types, labels and histogram buckets.
-
-This is THE list that the simulator exports and that dashboards and alert rules query. It was read
-off SGLang 0.5.23's ``srt/observability/metrics_collector.py`` (scheduler and tokenizer collectors,
-default buckets). Only the series an on-call engineer watches for a Qwen3.5/3.6 MTP deployment are
-listed; a rename upstream is caught by ``tests/sim/test_sglang_metrics.py``, which reads the
-wheel.
+"""SGLang 0.5.23's own ``sglang:*`` metrics that on-call watches for a Qwen3.5/3.6 MTP deployment:
+names, types, labels and default buckets, read off its ``srt/observability/metrics_collector.py``.
+The simulator exports them and the dashboards and alerts query them; a rename upstream is caught
+by ``tests/sim/test_sglang_metrics.py``, which reads the wheel.
 """
 
 from __future__ import annotations
@@ -45,6 +42,10 @@ def _gauge(name: str, help_: str, unit: str = "short") -> MetricSpec:
     return MetricSpec(f"sglang:{name}", "gauge", help_, SCHEDULER_LABELS, unit=unit)
 
 
+def _counter(name: str, help_: str, labels: tuple[str, ...]) -> MetricSpec:
+    return MetricSpec(f"sglang:{name}", "counter", help_, labels)
+
+
 SGLANG_METRICS: tuple[MetricSpec, ...] = (
     # Scheduler gauges (SchedulerMetricsCollector).
     _gauge("num_running_reqs", "The number of running requests."),
@@ -69,33 +70,15 @@ SGLANG_METRICS: tuple[MetricSpec, ...] = (
         "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
     ),
     # Tokenizer counters (TokenizerMetricsCollector).
-    MetricSpec(
-        "sglang:prompt_tokens_total",
-        "counter",
-        "Number of prefill tokens processed.",
-        STREAMING_LABELS,
-    ),
-    MetricSpec(
-        "sglang:generation_tokens_total",
-        "counter",
-        "Number of generation tokens processed.",
-        STREAMING_LABELS,
-    ),
-    MetricSpec(
-        "sglang:spec_verify_calls_total",
-        "counter",
+    _counter("prompt_tokens_total", "Number of prefill tokens processed.", STREAMING_LABELS),
+    _counter("generation_tokens_total", "Number of generation tokens processed.", STREAMING_LABELS),
+    _counter(
+        "spec_verify_calls_total",
         "Number of speculative decoding verification calls.",
         TOKENIZER_LABELS,
     ),
-    MetricSpec(
-        "sglang:num_requests_total", "counter", "Number of requests processed.", STREAMING_LABELS
-    ),
-    MetricSpec(
-        "sglang:num_aborted_requests_total",
-        "counter",
-        "Number of requests aborted.",
-        TOKENIZER_LABELS,
-    ),
+    _counter("num_requests_total", "Number of requests processed.", STREAMING_LABELS),
+    _counter("num_aborted_requests_total", "Number of requests aborted.", TOKENIZER_LABELS),
     # Latency histograms.
     MetricSpec(
         "sglang:time_to_first_token_seconds",

@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 from qwen_npu import log as shared_log
 from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.cli_parser import OneLineParser, fail, field_number
-from qwen_npu.sim.config import FIELDS, ConfigError, SimConfig, build, list_profiles
+from qwen_npu.sim.config import FIELDS, ConfigError, build, list_profiles
 
 BANNER = (
     f"qwen-npu sim: a SIMULATOR of SGLang {SGLANG_VERSION}'s HTTP surface for tests and demos. "
@@ -34,11 +34,9 @@ def _metavar(f: FieldInfo) -> str:
 
 
 def _shown(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return (
+        "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,24 +52,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
     for key, f in FIELDS.items():
-        metavar = _metavar(f)
-        help_ = f"{f.description} (default: {_shown(f.default)})"
-        if metavar == "BOOL":
-            p.add_argument(
-                f"--{key}",
-                nargs="?",
-                const="true",
-                default=None,
-                metavar="BOOL",
-                help=help_,
-            )
-        else:
-            # numbers range-checked by the parser, from the field's limits ("none" clears an
-            # optional one)
-            number = field_number(f, none_words=("", "none", "null") if f.default is None else ())
-            p.add_argument(
-                f"--{key}", default=None, metavar=metavar, type=number or str, help=help_
-            )
+        flag = _metavar(f) == "BOOL"  # a bare --garbled is true
+        # numbers range-checked by the parser from the field's limits ("none" clears an optional)
+        number = field_number(f, none_words=("", "none", "null") if f.default is None else ())
+        p.add_argument(
+            f"--{key}",
+            nargs="?" if flag else None,
+            const="true" if flag else None,
+            metavar=_metavar(f),
+            type=number or str,
+            help=f"{f.description} (default: {_shown(f.default)})",
+        )
     return p
 
 
@@ -80,16 +71,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     ns = _parser().parse_args(argv)
     raw = {key: getattr(ns, key.replace("-", "_")) for key in FIELDS}
     return ns, {k: v for k, v in raw.items() if v is not None}
-
-
-def effective(cfg: SimConfig) -> dict[str, Any]:
-    """The config with kebab-case keys (the start log, --print-config and GET /sim/config)."""
-    return cfg.model_dump(mode="json", by_alias=True)
-
-
-def setup_logging(level: str) -> None:
-    """The simulator's lines (and uvicorn's) in the shared shape (qwen_npu/log.py)."""
-    shared_log.setup("sim", level, also=("uvicorn", "uvicorn.error"))
 
 
 def main(argv: list[str]) -> int:
@@ -101,24 +82,21 @@ def main(argv: list[str]) -> int:
         cfg, origin = build(flags, profile=ns.profile, config_file=ns.config)
     except ConfigError as exc:
         return fail("qwen-npu sim", str(exc))
+    # kebab-case keys, as GET /sim/config shows them
+    effective = cfg.model_dump(mode="json", by_alias=True)
     if ns.print_config:
-        print(json.dumps(effective(cfg), indent=2))
+        print(json.dumps(effective, indent=2))
         return 0
-    setup_logging(cfg.log_level)
+    shared_log.setup("sim", cfg.log_level, also=("uvicorn", "uvicorn.error"))
     log = shared_log.PartLog("sim")
     log("warning", "banner", what=BANNER)
     log(
         "info",
         "config",
-        effective=json.dumps(effective(cfg), separators=(",", ":")),
+        effective=json.dumps(effective, separators=(",", ":")),
         **{"from": json.dumps(origin, separators=(",", ":"))},
     )
-    return serve(cfg)
-
-
-def serve(cfg: SimConfig) -> int:
-    """Run the server in the foreground until SIGINT, or SIGTERM and a drain (sim/server.py)."""
     # lazy: the server's stack loads only when it serves (--help, --list-profiles)
-    from qwen_npu.sim.server import serve as run_server
+    from qwen_npu.sim.server import serve
 
-    return run_server(cfg)
+    return serve(cfg)

@@ -21,22 +21,16 @@ from qwen_npu.sim.scheduler import Request as EngineRequest
 from qwen_npu.sim.state import Sim
 from qwen_npu.sim.stream import Event, EventStream
 
+Stream = proto.NativeStream | proto.OpenAIStream
 
-class _Release:
-    """Ends one request's life in the server once: leaves the in-flight count, aborts if running."""
 
-    __slots__ = ("open", "req", "sim")
-
-    def __init__(self, sim: Sim, req: EngineRequest) -> None:
-        self.sim = sim
-        self.req = req
-        self.open = True
-
-    def __call__(self) -> None:
-        if self.open:
-            self.open = False
-            self.sim.in_flight -= 1
-            self.sim.eng.abort(self.req)
+async def _events(req: EngineRequest, stream: Stream) -> AsyncIterator[Event]:
+    while True:
+        for ch in await req.next_chunks():  # one SSE event per engine step, as SGLang streams them
+            if ch.finished:
+                yield stream.event(ch) + stream.tail() + b"data: [DONE]\n\n", ch.deadline, True
+                return
+            yield stream.event(ch), ch.deadline, False
 
 
 class GenerateHandlers:
@@ -57,7 +51,7 @@ class GenerateHandlers:
         self,
         arrived: float | None,
         p: proto.GenParams,
-        events: Callable[[EngineRequest], AsyncIterator[Event]],
+        stream: Callable[[EngineRequest], Stream],
         whole: Callable[[EngineRequest], dict[str, Any]],
     ) -> Response:
         sim = self.sim
@@ -74,14 +68,20 @@ class GenerateHandlers:
                 proto.error_body("the waiting queue is full", 503, "busy"), status_code=503
             )
         sim.in_flight += 1
-        release = _Release(sim, req)
+        released = False
+
+        def release() -> None:  # the request's life in the server ends once
+            nonlocal released
+            if not released:
+                released = True
+                sim.in_flight -= 1
+                eng.abort(req)
+
         if p.stream:
-            return EventStream(events(req), release, eng)
+            return EventStream(_events(req, stream(req)), release, eng)
         try:
-            while True:
-                chunks = await req.next_chunks()
-                if chunks[-1].finished:
-                    break
+            while not (await req.next_chunks())[-1].finished:
+                pass
         except Aborted:
             return JSONResponse(proto.error_body("aborted", 500, "aborted"), status_code=500)
         finally:  # also on cancellation (client gone): the slot is freed at once
@@ -95,46 +95,26 @@ class GenerateHandlers:
         except proto.BadRequest as exc:
             return bad_request(str(exc))
         steps = self.cfg.speculative_num_steps
-        sim = self.sim
-
-        async def events(req: EngineRequest) -> AsyncIterator[Event]:
-            ns = proto.NativeStream(req, rid, steps)
-            while True:
-                chunks = await req.next_chunks()
-                for ch in chunks:  # one SSE event per engine step, as SGLang streams them
-                    if ch.finished:
-                        yield ns.event(ch) + b"data: [DONE]\n\n", ch.deadline, True
-                        return
-                    yield ns.event(ch), ch.deadline, False
-
-        def whole(req: EngineRequest) -> dict[str, Any]:
-            return proto.native_body(req, rid, sim.eng.loop.time(), steps)
-
-        return await self._run(arrived, p, events, whole)
+        return await self._run(
+            arrived,
+            p,
+            lambda req: proto.NativeStream(req, rid, steps),
+            lambda req: proto.native_body(req, rid, self.sim.eng.loop.time(), steps),
+        )
 
     async def _openai(self, raw: bytes, arrived: float | None, chat: bool) -> Response:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        cfg = self.cfg
+        model = self.cfg.model_name
         try:
-            p = proto.parse_openai(proto.loads(raw), cfg, rid, chat)
+            p = proto.parse_openai(proto.loads(raw), self.cfg, rid, chat)
         except proto.BadRequest as exc:
             return bad_request(str(exc))
-
-        async def events(req: EngineRequest) -> AsyncIterator[Event]:
-            os_ = proto.OpenAIStream(req, rid, cfg.model_name, chat)
-            while True:
-                chunks = await req.next_chunks()
-                for ch in chunks:
-                    if ch.finished:
-                        usage = os_.usage_event() if p.include_usage else b""
-                        yield os_.event(ch) + usage + b"data: [DONE]\n\n", ch.deadline, True
-                        return
-                    yield os_.event(ch), ch.deadline, False
-
-        def whole(req: EngineRequest) -> dict[str, Any]:
-            return proto.openai_body(req, rid, cfg.model_name, chat)
-
-        return await self._run(arrived, p, events, whole)
+        return await self._run(
+            arrived,
+            p,
+            lambda req: proto.OpenAIStream(req, rid, model, chat, p.include_usage),
+            lambda req: proto.openai_body(req, rid, model, chat),
+        )
 
     async def completions(self, raw: bytes, arrived: float | None) -> Response:
         return await self._openai(raw, arrived, chat=False)

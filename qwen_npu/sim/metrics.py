@@ -61,23 +61,15 @@ class SimMetrics:
         for spec in SGLANG_METRICS:
             short = spec.name.removeprefix("sglang:")
             labels = list(spec.labels)
-            metric: Any
             if spec.name == "sglang:inter_token_latency_seconds":
                 vals = {k: values[k] for k in labels}
                 fast = FastHistogram(spec.name, spec.help, vals, spec.buckets)
                 self.registry.register(fast)
                 self._children[(short, "")] = fast
                 continue
-            if spec.kind == "gauge":
-                metric = Gauge(spec.name, spec.help, labels, registry=self.registry)
-            elif spec.kind == "counter":
-                metric = Counter(spec.name, spec.help, labels, registry=self.registry)
-            elif spec.kind == "histogram":
-                metric = Histogram(
-                    spec.name, spec.help, labels, buckets=spec.buckets, registry=self.registry
-                )
-            else:  # pragma: no cover - the list holds no other kind
-                raise ValueError(f"{spec.name}: unsupported kind {spec.kind}")
+            extra = {"buckets": spec.buckets} if spec.kind == "histogram" else {}
+            kind = {"gauge": Gauge, "counter": Counter, "histogram": Histogram}[spec.kind]
+            metric = kind(spec.name, spec.help, labels, registry=self.registry, **extra)
             if "is_streaming" in labels:
                 for flag in ("true", "false"):
                     vals = {k: (flag if k == "is_streaming" else values[k]) for k in labels}

@@ -181,6 +181,9 @@ class NativeStream:
             f'"e2e_latency":{ch.t - req.arrival!r}{spec}}}}}\n\n'
         ).encode()
 
+    def tail(self) -> bytes:
+        return b""
+
 
 def native_body(req: Request, rid: str, now: float, num_steps: int) -> dict[str, Any]:
     meta: dict[str, Any] = {
@@ -210,13 +213,14 @@ def _usage(req: Request) -> dict[str, Any]:
 class OpenAIStream:
     """Builds the OpenAI SSE events (completions or chat) of one streaming request."""
 
-    __slots__ = ("chat", "created", "model", "req", "rid", "sent", "started")
+    __slots__ = ("chat", "created", "model", "req", "rid", "sent", "started", "usage")
 
-    def __init__(self, req: Request, rid: str, model: str, chat: bool) -> None:
+    def __init__(self, req: Request, rid: str, model: str, chat: bool, usage: bool) -> None:
         self.req = req
         self.rid = rid
         self.model = model
         self.chat = chat
+        self.usage = usage
         self.created = int(time.time())
         self.sent = 0
         self.started = False
@@ -258,8 +262,9 @@ class OpenAIStream:
             out += self._event([end])
         return out
 
-    def usage_event(self) -> bytes:
-        return self._event([], _usage(self.req))
+    def tail(self) -> bytes:
+        """The usage event, when the request asked for it."""
+        return self._event([], _usage(self.req)) if self.usage else b""
 
 
 def openai_body(req: Request, rid: str, model: str, chat: bool) -> dict[str, Any]:

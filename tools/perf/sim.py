@@ -195,9 +195,8 @@ def server_ttft(url: str) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def fidelity(
-    ttft_ms: float, itl_ms: float, concs: list[int], per_conc: int
-) -> list[dict[str, Any]]:
+def fidelity(ttft_ms: float, itl_ms: float, concs: list[int], per_conc: int) -> list[str]:
+    """One table row per concurrency: configured, measured (client) and server TTFT and ITL."""
     rows = []
     with running_sim(ttft_ms=ttft_ms, itl_ms=itl_ms, max_running_requests=256) as url:
         measure(url, 2, 4, 64, 8)  # warm-up: connections, imports, first allocations
@@ -205,19 +204,14 @@ def fidelity(
             s0, c0 = server_ttft(url)
             res, dur = measure(url, conc, max(per_conc, conc * 3), 256, 100)
             s1, c1 = server_ttft(url)
+            server = (s1 - s0) / (c1 - c0) * 1000 if c1 > c0 else float("nan")
+            ttft_p99, itl_p99 = (
+                statistics.quantiles(x, n=100)[98] * 1000 for x in (res.ttfts, res.gaps)
+            )
             rows.append(
-                {
-                    "conc": conc,
-                    "requests": res.requests,
-                    "ttft_cfg": ttft_ms,
-                    "ttft_server": (s1 - s0) / (c1 - c0) * 1000 if c1 > c0 else float("nan"),
-                    "ttft_med": _ms(res.ttfts),
-                    "ttft_p99": statistics.quantiles(res.ttfts, n=100)[98] * 1000,
-                    "itl_cfg": itl_ms,
-                    "itl_med": _ms(res.gaps),
-                    "itl_p99": statistics.quantiles(res.gaps, n=100)[98] * 1000,
-                    "tok_s": res.tokens / dur,
-                }
+                f"| {conc} | {res.requests} | {ttft_ms:.1f} | {_ms(res.ttfts):.2f} "
+                f"| {ttft_p99:.2f} | {server:.2f} | {itl_ms:.1f} "
+                f"| {_ms(res.gaps):.2f} | {itl_p99:.2f} | {res.tokens / dur:.0f} |"
             )
     return rows
 
@@ -279,32 +273,14 @@ def scaled_flags(profile: str, scale: float) -> dict[str, Any]:
     return flags
 
 
-def calibration(concs: list[int], prompts: dict[int, int]) -> list[dict[str, Any]]:
+def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int]) -> list[str]:
     """Upstream vs paper vs measured at each concurrency, MTP on (and MTP off beside it)."""
-    rows = []
-    cfgs = {name: profile_config(name) for name in (MTP_PROFILE, NOMTP_PROFILE)}
+    on, off = profile_config(MTP_PROFILE), profile_config(NOMTP_PROFILE)
     measured: dict[str, dict[int, LoopFigures]] = {}
-    for name in cfgs:
+    for name in (MTP_PROFILE, NOMTP_PROFILE):
         with running_sim(**scaled_flags(name, 1.0)) as url:
             measure(url, 1, 1, 16, 4)  # warm-up
             measured[name] = {c: closed_loop(name, c, prompts[c], url=url) for c in concs}
-    for c in concs:
-        up = timing.UPSTREAM_PR_34353.get(c)
-        rows.append(
-            {
-                "conc": c,
-                "upstream": up,
-                "paper": timing.steady_state(cfgs[MTP_PROFILE], c),
-                "measured": measured[MTP_PROFILE][c],
-                "paper_off": timing.steady_state(cfgs[NOMTP_PROFILE], c),
-                "measured_off": measured[NOMTP_PROFILE][c],
-            }
-        )
-    return rows
-
-
-def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> list[str]:
-    on, off = profile_config(MTP_PROFILE), profile_config(NOMTP_PROFILE)
     cross = timing.crossover(on, off, concs_paper)
     lines = [
         "",
@@ -320,11 +296,11 @@ def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> lis
         "| output tok/s upstream / paper / measured | TTFT ms upstream / paper / measured |",
         "|---:|---:|---|---|---|",
     ]
-    for r in rows:
-        up, pa, me = r["upstream"], r["paper"], r["measured"]
-        u = up if up else (float("nan"),) * 3
+    for c in concs:
+        pa, me = timing.steady_state(on, c), measured[MTP_PROFILE][c]
+        u = timing.UPSTREAM_PR_34353.get(c) or (float("nan"),) * 3
         lines.append(
-            f"| {r['conc']} | {me.requests} | {u[0]:.1f} / {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
+            f"| {c} | {me.requests} | {u[0]:.1f} / {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
             f"| {u[1]:.1f} / {pa.output_tok_per_s:.1f} / {me.output_tok_per_s:.1f} "
             f"| {u[2]:.0f} / {pa.ttft_ms:.0f} / {me.ttft_ms:.0f} |"
         )
@@ -336,11 +312,11 @@ def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> lis
         "| TTFT ms paper / measured | MTP on/off output tok/s, measured |",
         "|---:|---:|---|---|---|---:|",
     ]
-    for r in rows:
-        pa, me = r["paper_off"], r["measured_off"]
-        ratio = r["measured"].output_tok_per_s / me.output_tok_per_s
+    for c in concs:
+        pa, me = timing.steady_state(off, c), measured[NOMTP_PROFILE][c]
+        ratio = measured[MTP_PROFILE][c].output_tok_per_s / me.output_tok_per_s
         lines.append(
-            f"| {r['conc']} | {me.requests} | {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
+            f"| {c} | {me.requests} | {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
             f"| {pa.output_tok_per_s:.1f} / {me.output_tok_per_s:.1f} "
             f"| {pa.ttft_ms:.0f} / {me.ttft_ms:.0f} | {ratio:.2f} |"
         )
@@ -352,7 +328,8 @@ def calibration_lines(rows: list[dict[str, Any]], concs_paper: list[int]) -> lis
     return lines
 
 
-def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> dict[str, Any]:
+def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> str:
+    """One table row: the streamed tokens/s the simulator sustains on its core, and how late."""
     cfg: dict[str, Any] = {"ttft_ms": 5, "itl_ms": itl_ms, "max_running_requests": conc}
     if accept:
         cfg["accept_length"] = accept
@@ -363,20 +340,14 @@ def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> di
         cpu = cpu_seconds(proc.pid) - cpu0
         with urllib.request.urlopen(url + "/sim/stats", timeout=10) as resp:
             stats = json.loads(resp.read())
-    target = conc * (accept or 1.0) / (itl_ms / 1000)
-    return {
-        "conc": conc,
-        "itl_cfg": itl_ms,
-        "accept": accept or 1.0,
-        "offered_tok_s": target,
-        "tok_s": res.tokens / dur,
-        "tok_per_cpu_s": res.tokens / cpu if cpu > 0 else float("nan"),
-        "cpu_share": cpu / dur,
-        "late_med": stats.get("send_lateness_median_ms", float("nan")),
-        "late_p99": stats.get("send_lateness_p99_ms", float("nan")),
-        "itl_med": _ms(res.gaps),
-        "errors": res.errors,
-    }
+    per_step = accept or 1.0
+    late = [stats.get(f"send_lateness_{q}_ms", float("nan")) for q in ("median", "p99")]
+    per_cpu_s = res.tokens / cpu if cpu > 0 else float("nan")
+    return (
+        f"| {conc} | {itl_ms:.1f} | {per_step:.1f} | {conc * per_step / (itl_ms / 1000):.0f} "
+        f"| {res.tokens / dur:.0f} | {per_cpu_s:.0f} | {cpu / dur:.2f} "
+        f"| {late[0]:.2f} / {late[1]:.2f} | {_ms(res.gaps):.2f} | {res.errors} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,15 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     per = 16 if args.quick else args.per_conc
     concs = [1, 5, 10]
     prompts = {1: 4, 5: 10, 10: 20} if args.quick else {1: 10, 5: 30, 10: 50}
-    calib = calibration_lines(calibration(concs, prompts), list(range(1, 33)))
+    calib = calibration(concs, prompts, list(range(1, 33)))
     if args.calibration_only:
         return _write(args.out, "\n".join(["# qwen-npu sim: calibration", *calib]) + "\n")
     rows = fidelity(args.ttft_ms, args.itl_ms, [1, 10, 64], per)
-    caps = [
-        capacity(224, 10.0, 200 if not args.quick else 60, None),
-        capacity(96, 10.0, 200 if not args.quick else 60, 2.5),
-    ]
-    lines = [
+    out_len = 60 if args.quick else 200
+    caps = [capacity(224, 10.0, out_len, None), capacity(96, 10.0, out_len, 2.5)]
+    lines = [  # measured when the runs are over: the load average is the end's
         "# qwen-npu sim: timing fidelity and capacity",
         "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine "
@@ -414,15 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "| CONC | requests | TTFT cfg ms | TTFT median ms | TTFT p99 ms | server TTFT mean ms "
         "| ITL cfg ms | ITL median ms | ITL p99 ms | tokens/s |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['conc']} | {r['requests']} | {r['ttft_cfg']:.1f} | {r['ttft_med']:.2f} "
-            f"| {r['ttft_p99']:.2f} | {r['ttft_server']:.2f} | {r['itl_cfg']:.1f} "
-            f"| {r['itl_med']:.2f} | {r['itl_p99']:.2f} "
-            f"| {r['tok_s']:.0f} |"
-        )
-    lines += [
+        *rows,
         "",
         "Capacity (one simulator process = one core; the goal is >= 20000 streamed tokens/s). "
         "`tokens per CPU-second` divides the streamed tokens by the simulator process's own CPU "
@@ -433,13 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         "| tokens per CPU-second | sim CPU share | server send lateness median / p99 ms "
         "| client ITL median ms | errors |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *caps,
     ]
-    for c in caps:
-        lines.append(
-            f"| {c['conc']} | {c['itl_cfg']:.1f} | {c['accept']:.1f} | {c['offered_tok_s']:.0f} "
-            f"| {c['tok_s']:.0f} | {c['tok_per_cpu_s']:.0f} | {c['cpu_share']:.2f} "
-            f"| {c['late_med']:.2f} / {c['late_p99']:.2f} | {c['itl_med']:.2f} | {c['errors']} |"
-        )
     return _write(args.out, "\n".join(lines + calib) + "\n")
 
 

@@ -211,14 +211,11 @@ def _fetch(argv: list[str]) -> int:
         reverify=args.reverify,
     )
     result = fetch(source, args.dest, opts)
+    files = len(result.manifest.get("files", []))
+    done = f"{files} files verified, {result.downloaded} bytes downloaded"
     print(
         f"{args.dest}: {source} at {result.revision}: "
-        + (
-            "already complete, nothing downloaded"
-            if result.reused
-            else f"{len(result.manifest.get('files', []))} files verified, "
-            f"{result.downloaded} bytes downloaded"
-        )
+        + ("already complete, nothing downloaded" if result.reused else done)
     )
     return _preflight(args.dest, options, judged) if args.preflight else 0
 
@@ -249,38 +246,22 @@ def _verify(argv: list[str]) -> int:
     current = store.current()
     rev = Revision(current) if current is not None else None
     problems = rev.check(sums=not args.sizes_only) if rev else [f"{args.dest}: not a fetched DEST"]
-    marker = rev.marker() if rev else None
+    marker = (rev.marker() if rev else None) or {}
     if args.source and not problems:
         source = parse_source(args.source, args.revision)
         if not matches(marker, source):
-            held = (marker or {}).get("source")
-            asked = (marker or {}).get("requested_revision")
+            held, asked = marker.get("source"), marker.get("requested_revision")
             problems = [f"{args.dest}: holds {held}{f'@{asked}' if asked else ''}, not {source}"]
-    manifest = rev.manifest() if rev else None
+    found = {"revision": marker.get("revision")}
+    found["files"] = len(((rev.manifest() if rev else None) or {}).get("files", []))
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "dest": str(args.dest),
-                    "ok": not problems,
-                    "problems": problems,
-                    "revision": (marker or {}).get("revision"),
-                    "files": len((manifest or {}).get("files", [])),
-                },
-                sort_keys=True,
-            )
-        )
+        report = {"dest": str(args.dest), "ok": not problems, "problems": problems, **found}
+        print(json.dumps(report, sort_keys=True))
     for line in problems:  # the one error shape of every verb (cli_parser.error_line)
-        again = f"qwen-npu fetch {(marker or {}).get('source', 'SOURCE')} {args.dest}"
+        again = f"qwen-npu fetch {marker.get('source', 'SOURCE')} {args.dest}"
         print(error_line(f"{PROG} verify", f"{line}; re-run: {again}"), file=sys.stderr)
     if not problems:
-        log(
-            "info",
-            "verified",
-            dest=args.dest,
-            revision=(marker or {}).get("revision"),
-            files=len((manifest or {}).get("files", [])),
-        )
+        log("info", "verified", dest=args.dest, **found)
     return 1 if problems else 0
 
 

@@ -1,15 +1,13 @@
-"""The live half of the autoscaling proof: real Prometheus, two simulator replicas, the bench.
+"""The live half of the autoscaling proof (``make autoscaling``): real Prometheus, two simulator
+replicas, the bench.
 
-Why apart from tools/proofs/autoscaling_model.py: the decision model is pure arithmetic that unit
-tests drive directly; this module owns the processes. ``run_proof`` renders the chart's
-ScaledObject, starts two ``qwen-npu sim`` replicas (a small ``max-running-requests`` so load
-queues), Prometheus on 127.0.0.1 scraping both every second under the labels the ServiceMonitor
-gives (namespace, service, pod), and for each phase of ``autoscaling.PHASES`` runs ``qwen-npu
-bench`` against each replica. Every poll waits for events (fresh scrapes of both replicas, the load
-visible in the queue, the queue and the TTFT window drained), never for a fixed time, then evaluates
-each rendered trigger query through /api/v1/query and feeds the values to ``autoscaling.Hpa`` at the
-next KEDA poll time (virtual: ``pollingInterval`` apart, so production-sized windows need no real
-minutes).
+Why apart from autoscaling_model.py: the model is arithmetic unit tests drive; this owns the
+processes. ``run_proof`` renders the chart's ScaledObject, starts two ``qwen-npu sim`` replicas (a
+small ``max-running-requests`` so load queues) and Prometheus scraping both every second under the
+ServiceMonitor's labels, and for each phase of ``PHASES`` runs ``qwen-npu bench`` against each.
+Every poll waits for events (fresh scrapes, the load queued, the queue drained), never for a fixed
+time, then evaluates the rendered trigger queries and feeds ``Hpa`` at the next KEDA poll time
+(virtual: ``pollingInterval`` apart, so production-sized windows need no real minutes).
 """
 
 from __future__ import annotations
@@ -70,33 +68,18 @@ def _prometheus(work: Path, targets: list[str]) -> Iterator[str]:
     if binary is None:
         raise SystemExit("prometheus is not installed: run `make tools-prometheus`")
     port = processes.free_port()
+    labels = {"namespace": chart.NAMESPACE, "service": SERVICE}  # the ServiceMonitor's
+    static = [
+        {"targets": [target], "labels": {**labels, "pod": f"{SERVICE}-{i}"}}
+        for i, target in enumerate(targets)
+    ]
     cfg = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": SERVICE,
-                "static_configs": [
-                    {
-                        "targets": [target],
-                        "labels": {
-                            "namespace": chart.NAMESPACE,
-                            "service": SERVICE,
-                            "pod": f"{SERVICE}-{i}",
-                        },
-                    }
-                    for i, target in enumerate(targets)
-                ],
-            }
-        ],
+        "scrape_configs": [{"job_name": SERVICE, "static_configs": static}],
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-    cmd = [
-        binary,
-        f"--config.file={work / 'prometheus.yml'}",
-        f"--storage.tsdb.path={work / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
+    cmd = [binary, f"--config.file={work / 'prometheus.yml'}", "--log.level=warn"]
+    cmd += [f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"]
     prom = f"http://127.0.0.1:{port}"
     with processes.running(
         cmd, log=work / "prometheus.log", ready_url=f"{prom}/-/ready", what="prometheus"
@@ -123,10 +106,8 @@ def _queued_since(prom: str, query: str, started: float) -> bool:
 
 
 def _wait_zero(prom: str, query: str, phase: str) -> None:
-    def drained() -> bool:
-        return not _query(prom, query)  # 0, or no series
-
-    processes.wait_until(drained, what=f"{phase}: {query} back to 0", timeout_s=120)
+    what = f"{phase}: {query} back to 0"  # 0, or no series
+    processes.wait_until(lambda: not _query(prom, query), what=what, timeout_s=120)
 
 
 def _next_scrape(prom: str, after: float, phase: str) -> float:

@@ -1,26 +1,13 @@
-"""What KEDA (through the HPA it owns) would decide, step by step, from Prometheus' real answers.
+"""What KEDA (through the HPA it owns) would decide, poll by poll, from Prometheus' real answers.
 
-Why this exists: there is no cluster here, but the decision is arithmetic on the ScaledObject the
-chart renders and the values its trigger queries return. ``Hpa`` is the documented algorithm:
-
-- per trigger (KEDA's Prometheus scaler, ``ignoreNullValues``: no series = 0): an ``AverageValue``
-  target T over the query's value V gives ``ceil(V / T)`` replicas, a ``Value`` target gives
-  ``ceil(current * V / T)``; inside the tolerance (|ratio - 1| <= 0.1) the count stays;
-- the HPA takes the largest of the triggers' counts;
-- stabilisation (``behavior``): a scale-up goes no higher than the lowest recommendation of the last
-  ``scaleUp.stabilizationWindowSeconds``, a scale-down no lower than the highest of the last
-  ``scaleDown.stabilizationWindowSeconds``;
-- rate: each ``Pods`` policy allows ``value`` replicas added (or removed) per ``periodSeconds``;
-- clamp to [minReplicaCount, maxReplicaCount].
-
-(Kubernetes "Horizontal Pod Autoscaling", algorithm details and configurable scaling behaviour;
-KEDA's ScaledObject spec and Prometheus scaler.)
-
-``python -m tools.proofs.autoscaling`` (``make autoscaling``) runs the live proof: Prometheus
-scraping two simulator replicas driven by ``qwen-npu bench`` at rising and falling load, the
-rendered trigger queries evaluated through Prometheus's API at each poll, and the decisions; it
-writes the table to out/perf/autoscaling.md. tests/helm/test_autoscaling_keda.py runs the same
-proof.
+Why: there is no cluster here, and no library evaluates the HPA's documented algorithm (Kubernetes
+"Horizontal Pod Autoscaling", algorithm details and scaling behaviour; KEDA's Prometheus scaler)
+on live values. ``Hpa`` is that algorithm: per trigger ``ceil(V / T)`` replicas for an
+``AverageValue`` target, ``ceil(current * V / T)`` for a ``Value`` one, unchanged inside the 0.1
+tolerance (no series = 0, ``ignoreNullValues``); the largest trigger wins; the stabilisation
+windows bound a scale-up by the lowest and a scale-down by the highest recent recommendation; each
+``Pods`` policy limits the change per period; the result is clamped to [min, max]. The live proof
+(tools/proofs/autoscaling.py, ``make autoscaling``, tests/helm/test_autoscaling_keda.py) feeds it.
 """
 
 from __future__ import annotations

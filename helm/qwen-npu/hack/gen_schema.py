@@ -84,20 +84,14 @@ def _comments(text: str) -> dict[str, tuple[str, dict[str, Any]]]:
     return found
 
 
+# JSON Schema's type of a YAML value (bool before int: True is an int in Python)
+_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
+
+
 def _type_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
     if isinstance(value, dict):
         return "object"
-    return "null"
+    return next((name for kind, name in _TYPES.items() if isinstance(value, kind)), "null")
 
 
 def _node(path: str, value: Any, notes: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,27 +91,12 @@ def _retrying(what: str, fn: Callable[[], T], retry: Retry) -> T:
                     f"{what}: failed {retry.attempts} times (last: {exc}); check the network, the "
                     "proxy (HTTPS_PROXY) and the mirror endpoint"
                 ) from None
-            pause = retry.pause(attempt)
-            log(
-                "warning",
-                "retry",
-                what=what,
-                attempt=attempt,
-                of=retry.attempts,
-                error=exc,
-                pause_s=round(pause, 2),
-                next="trying again",
-            )
-            time.sleep(pause)
+            retry.wait(attempt, exc, "trying again", what=what)
     raise AssertionError("unreachable")
 
 
 def _check_space(store: Store, rev: Revision, need: int) -> None:
-    partial = (
-        sum(p.stat().st_size for p in rev.partial.rglob("*") if p.is_file())
-        if rev.partial.exists()
-        else 0
-    )
+    partial = sum(p.stat().st_size for p in rev.partial.rglob("*") if p.is_file())
     more = max(need - partial, 0)
     free = shutil.disk_usage(store.home).free
     if more > free:

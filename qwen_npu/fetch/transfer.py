@@ -51,6 +51,21 @@ class Retry:
         base = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1))
         return float(base * (0.5 + random.random() / 2))
 
+    def wait(self, attempt: int, error: object, then: str, **where: Any) -> None:
+        """Log the retry, then pause before the next attempt."""
+        pause = self.pause(attempt)
+        log(
+            "warning",
+            "retry",
+            **where,
+            attempt=attempt,
+            of=self.attempts,
+            error=error,
+            pause_s=round(pause, 2),
+            next=then,
+        )
+        time.sleep(pause)
+
 
 class Hasher:
     """sha256 of every file, plus what the source publishes (md5, git blob sha1, multipart)."""
@@ -223,19 +238,8 @@ def fetch_file(
         else:
             last = f"the source ended the file at {have} of {f.size} bytes"
         if have < f.size:
-            pause = retry.pause(attempt)
-            log(
-                "warning",
-                "retry",
-                file=f.path,
-                attempt=attempt,
-                of=retry.attempts,
-                bytes=have,
-                error=last,
-                pause_s=round(pause, 2),
-                next="resuming from the bytes on disk" if have else "trying again",
-            )
-            time.sleep(pause)
+            again = "resuming from the bytes on disk" if have else "trying again"
+            retry.wait(attempt, last, again, file=f.path, bytes=have)
             continue
         if not hasher.matches():
             last = f"{f.check} does not match the source's {f.expected}"

@@ -1,13 +1,10 @@
 """``qwen-npu oncall <switch>``: status, mtp-off, mtp-on, patch-off, patch-on, rollback, engine.
 
 Each switch prints every command that changes or waits (``+ helm ...``, ready to paste), runs it,
-and stops at the first failure with one line naming what failed and the next step. A switch is
-``helm upgrade --reuse-values --set ...`` (one new helm revision that a rollback undoes), then the
-wait: the engine's rollout (a Deployment; a LeaderWorkerSet waits on its pods), the serving pods'
-readiness and the sidecar's /readyz, asked from inside the sidecar container (its image has
-Python, no curl). ``make <switch>`` (mk/oncall.mk) runs this with ``--via make``: the messages
-then name make targets and variables. ``engine`` prints the engine's workload as kubectl names
-it (``deployment/<name>``), read from the release.
+and stops at the first failure with one line naming what failed and the next step. A switch is one
+``helm upgrade --reuse-values --set ...`` (a revision a rollback undoes), then the engine's
+rollout, the serving pods' readiness and the sidecar's /readyz, asked from inside the sidecar
+container (Python, no curl). Under ``--via make`` (mk/oncall.mk) the messages name make targets.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from qwen_npu.cli_parser import OneLineParser, error_line, port
@@ -42,7 +39,7 @@ class Stop(Exception):
 
 def http_probe(url: str, label: str) -> str:
     """Python for ``python3 -c`` in a container: GET ``url``, print ``<label> <code> <body>``, exit
-    non-zero unless 200; one line and no traceback when nothing answers (code 0)."""
+    non-zero unless 200 (code 0, one line, when nothing answers)."""
     return (
         "import sys, urllib.request as u; "
         f"sys.excepthook = lambda t, v, b: print({label!r}, 0, v); "
@@ -53,8 +50,8 @@ def http_probe(url: str, label: str) -> str:
 
 
 def router_workers_probe(url: str) -> str:
-    """Python for the router container: its workers from GET /workers, one line each (url,
-    healthy, load), then the totals; non-zero when there is none or one is unhealthy."""
+    """Python for the router container: a line per worker of GET /workers and the totals; non-zero
+    when there is none or one is unhealthy."""
     return (
         "import json, sys, urllib.request as u; "
         f"U = {url!r}; sys.excepthook = lambda t, v, b: print(U, v); "
@@ -69,8 +66,6 @@ def router_workers_probe(url: str) -> str:
 
 @dataclass
 class OnCall:
-    """One switch's settings and the helpers every switch shares."""
-
     switch: str
     release: str
     namespace: str
@@ -83,8 +78,7 @@ class OnCall:
     router_port: int
     via_make: bool
 
-    # -- naming: make targets and variables under make, the CLI's verbs otherwise ---------------
-
+    # make targets and variables under make, the CLI's verbs and flags otherwise
     @property
     def prog(self) -> str:
         return f"make {self.switch}" if self.via_make else f"{PROG} {self.switch}"
@@ -97,8 +91,6 @@ class OnCall:
 
     def say(self, text: str) -> None:
         print(f"{self.switch}: {text}", flush=True)
-
-    # -- running ----------------------------------------------------------------------------------
 
     @property
     def kns(self) -> list[str]:
@@ -118,13 +110,13 @@ class OnCall:
                 )
 
     def run(self, argv: list[str], fail: str) -> None:
-        """Print ``+ argv`` and run it (output straight through); ``fail`` when it fails."""
+        """Print ``+ argv`` and run it; ``fail`` is the message when it fails."""
         print("+ " + shlex.join(argv), flush=True)
         if subprocess.run(argv).returncode != 0:
             raise Stop(f"{self.switch}: {fail}")
 
     def read(self, argv: list[str]) -> str | None:
-        """Run a read-only command quietly; its stdout, or None when it fails (stderr shown)."""
+        """A read-only command's stdout, or None when it fails (its stderr shown)."""
         done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
         return done.stdout if done.returncode == 0 else None
 
@@ -134,8 +126,6 @@ class OnCall:
              "jsonpath={.items[0].metadata.name}"]
         )  # fmt: skip
         return (out or "").strip()
-
-    # -- steps ------------------------------------------------------------------------------------
 
     def upgrade(self, *set_args: str) -> None:
         if not self.chart:
@@ -160,7 +150,6 @@ class OnCall:
         )
 
     def engine(self) -> rel.Workload:
-        """The engine's workload, from the release's manifest."""
         manifest = self.read(
             [*self.helm, "get", "manifest", self.release, "--namespace", self.namespace]
         )
@@ -230,15 +219,12 @@ class OnCall:
             return current if patch in current else [*current, patch]
         return [p for p in current if p != patch]
 
-    # -- the switches -----------------------------------------------------------------------------
-
     def mtp(self, enabled: bool) -> None:
         self.need_tools()
         self.upgrade("--set", f"mtp.enabled={'true' if enabled else 'false'}")
         self.wait()
 
     def patch(self, op: str, name: str) -> None:
-
         names = [p.name for p in PATCHES]
         var = self.var("PATCH", "--patch")
         if not name:
@@ -316,36 +302,33 @@ class OnCall:
         )  # fmt: skip
 
 
-#: A Helm release name (Helm's own rule: a DNS-1123 subdomain of at most 53 characters).
-_RELEASE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-#: A Go duration as helm and kubectl take it (--timeout): 35m, 1h30m, 90s.
-_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")
+def _matching(pattern: str, longest: int, what: str) -> Callable[[str], str]:
+    """An argparse ``type=`` refusing text that does not match ``pattern``, or is too long."""
+
+    def check(text: str) -> str:
+        if len(text) > longest or not re.fullmatch(pattern, text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return text
+
+    return check
 
 
-def release_name(text: str) -> str:
-    if len(text) > 53 or not _RELEASE.match(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Helm release name (lower-case letters, digits, '-' and '.', at "
-            "most 53 characters)"
-        )
-    return text
-
-
-def namespace_name(text: str) -> str:
-    if len(text) > 63 or not _DNS_LABEL.match(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Kubernetes namespace (lower-case letters, digits and '-')"
-        )
-    return text
-
-
-def duration(text: str) -> str:
-    if not _DURATION.match(text) or not any(c in "123456789" for c in text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a positive duration such as 35m, 1h30m or 90s"
-        )
-    return text
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: Helm's rule for a release: a DNS-1123 subdomain of at most 53 characters.
+release_name = _matching(
+    rf"{_LABEL}(\.{_LABEL})*",
+    53,
+    "a Helm release name (lower-case letters, digits, '-' and '.', at most 53 characters)",
+)
+namespace_name = _matching(
+    _LABEL, 63, "a Kubernetes namespace (lower-case letters, digits and '-')"
+)
+#: A positive Go duration as helm and kubectl take it (--timeout).
+duration = _matching(
+    r"(?=.*[1-9])([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+",
+    64,
+    "a positive duration such as 35m, 1h30m or 90s",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

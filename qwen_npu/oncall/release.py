@@ -1,15 +1,9 @@
 """What a release is made of, read from its own manifest (``helm get manifest <release>``).
 
-Why this exists: the chart names every object ``<fullname>-<part>``, where the fullname follows
-nameOverride, fullnameOverride and the release name (templates/_helpers.tpl), and renders the
-engine as a Deployment or, multi-node, a LeaderWorkerSet. Rather than copy that rule, the on-call
-switches read the names and kinds the chart actually rendered for the release. Selectors use only
-the labels every engine pod carries whatever the overrides: the release (instance), the component
-and the serving role.
-
-The manifest is YAML in the chart's own layout (``---`` between documents, ``kind:`` and
-``metadata.name`` at fixed indentation); this module reads just those fields with the standard
-library, and tests/oncall checks it against helm renders of the chart.
+The chart names objects after nameOverride, fullnameOverride and the release, and renders the
+engine as a Deployment or a LeaderWorkerSet; rather than copy that rule, the switches read what it
+rendered (a stdlib reader of the chart's own YAML layout, checked by tests/oncall against helm
+renders). Selectors use only the labels every engine pod carries whatever the overrides.
 """
 
 from __future__ import annotations

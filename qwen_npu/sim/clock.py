@@ -1,9 +1,8 @@
 """When did the bytes arrive? A selector that estimates it at each poll of the event loop.
 
-A burst of readable sockets is handled one callback after another, after whatever the previous
-loop iteration left to run; stamping each with the poll's estimate keeps that queue out of the
-timings. The simulator stamps request arrivals with it (TTFT counts from there), and the perf
-client stamps event arrivals with it. The clock is ``time.monotonic``, the event loop's clock.
+A burst of readable sockets is handled one callback after another; stamping each with the poll's
+estimate (``time.monotonic``, the loop's clock) keeps that queue out of the simulator's TTFT and the
+perf client's timings.
 """
 
 from __future__ import annotations
@@ -17,12 +16,8 @@ BLOCKED_S = 0.0002  # a poll that took longer than this waited for the bytes it 
 
 
 class StampingSelector(selectors.DefaultSelector):
-    """The default selector, estimating when the bytes it reports arrived.
-
-    A poll that blocked was woken by them: they arrived when it returned. A poll that returned at
-    once reports bytes that arrived while the loop was busy, between the previous poll's return
-    and this call: the estimate is the middle of that interval.
-    """
+    """The default selector, estimating when the bytes it reports arrived: when a poll that
+    blocked returned, else the middle of the busy interval since the previous poll returned."""
 
     def __init__(self) -> None:
         super().__init__()

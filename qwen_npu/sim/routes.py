@@ -18,9 +18,8 @@ from qwen_npu import __version__
 from qwen_npu._pins import SGLANG_VERSION
 from qwen_npu.log import PartLog
 from qwen_npu.sim import protocol as proto
-from qwen_npu.sim.faults import FaultError
 from qwen_npu.sim.metrics import MALFORMED_EXPOSITION
-from qwen_npu.sim.state import Sim, crash
+from qwen_npu.sim.state import FaultError, Sim, crash
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SIMULATOR = f"qwen-npu sim {__version__}"

@@ -14,6 +14,7 @@ import contextlib
 import heapq
 import itertools
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -209,11 +210,14 @@ class Engine:
         if self._paused_at is None and deadline - EARLY_S < self._timer_at:
             self._arm()
 
-    def _arm(self) -> None:
+    def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._timer_at = math.inf
+
+    def _arm(self) -> None:
+        self._disarm()
         if self._heap and self._paused_at is None:
             at = self._heap[0][0] - EARLY_S - self.lead
             self._timer_at = at
@@ -266,10 +270,7 @@ class Engine:
 
     def _draw(self, req: Request) -> int:
         u = splitmix64(req.base + req.verify_ct) / 18446744073709551616.0
-        for k, c in enumerate(self._cum):
-            if u < c:
-                return k + 1
-        return len(self._cum)
+        return min(bisect_right(self._cum, u) + 1, len(self._cum))
 
     def _step(self, req: Request, deadline: float, now: float) -> None:
         first = req.emitted == 0
@@ -322,8 +323,7 @@ class Engine:
         req._wake()
 
     def _trim(self, sec: int) -> None:
-        old = [s for s in self._window if s < sec - WINDOW_S]
-        for s in old:
+        for s in [s for s in self._window if s < sec - WINDOW_S]:
             del self._window[s]
 
     def observe_send(self, lateness: float) -> None:
@@ -339,10 +339,7 @@ class Engine:
     def pause(self) -> None:
         if self._paused_at is None:
             self._paused_at = self.loop.time()
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._timer_at = math.inf
+            self._disarm()
 
     def resume(self) -> None:
         if self._paused_at is None:

@@ -54,7 +54,6 @@ class _StreamClient(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = b""
         self.done: asyncio.Future[None] | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.in_body = False
         self.seen = 0
         self.first = True
@@ -67,8 +66,6 @@ class _StreamClient(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.done is not None and not self.done.done():
             self.done.set_exception(ConnectionError("connection lost"))
-        if not self.lost.done():
-            self.lost.set_result(None)
 
     def request(self, head_body: bytes) -> asyncio.Future[None]:
         assert self.transport is not None
@@ -170,11 +167,8 @@ async def _run(url: str, conc: int, num: int, prompt_len: int, out_len: int) -> 
 
 def measure(url: str, conc: int, num: int, prompt_len: int, out_len: int) -> tuple[Result, float]:
     t0 = time.perf_counter()
-    loop = new_loop()
-    try:
-        res = loop.run_until_complete(_run(url, conc, num, prompt_len, out_len))
-    finally:
-        loop.close()
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        res = runner.run(_run(url, conc, num, prompt_len, out_len))
     return res, time.perf_counter() - t0
 
 

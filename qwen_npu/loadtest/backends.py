@@ -1,15 +1,9 @@
 """Request backends: how one dataset row becomes one streamed HTTP request, timed chunk by chunk.
 
-Two APIs: ``generate`` (SGLang's native ``/generate`` with ``input_ids``, as
-``sglang.benchmark.serving --backend sglang --tokenize-prompt`` sends it) and ``openai``
-(``/v1/completions`` with the token ids as the prompt). Each backend takes a ``requests.Session``
-(locust's ``HttpSession`` is one), posts with ``stream=True`` and reads ``iter_lines()`` so that
-every chunk is stamped when it arrives; locust's FastHttpUser buffers streamed lines and is not
-used.
-
-Timing definitions follow sglang.benchmark.serving: TTFT is the first chunk that carries text; a
-later chunk that adds n tokens contributes n inter-token gaps of gap/n; the latency is the arrival
-of the last line (``[DONE]`` included); the output length is the server's ``completion_tokens``.
+``generate`` (SGLang's ``/generate`` with ``input_ids``, as ``sglang.benchmark.serving --backend
+sglang --tokenize-prompt`` sends it) and ``openai`` (``/v1/completions``, the ids as the prompt).
+Every chunk is stamped when it arrives; the timing rules are sglang.benchmark.serving's
+(docs/loadtest.md). locust's FastHttpUser buffers streamed lines and is not used.
 """
 
 from __future__ import annotations
@@ -31,8 +25,6 @@ if TYPE_CHECKING:  # requests is imported late: locust's gevent patching must co
 
 @dataclass(frozen=True)
 class RequestInput:
-    """One request to send: the row plus where to send it."""
-
     base_url: str
     row: DatasetRow
     model: str = "default"
@@ -59,18 +51,7 @@ class RequestOutput:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestOutput:
-        return cls(
-            index=int(d["index"]),
-            success=bool(d["success"]),
-            prompt_len=int(d["prompt_len"]),
-            output_len=int(d["output_len"]),
-            start_time=float(d["start_time"]),
-            ttft=float(d["ttft"]),
-            latency=float(d["latency"]),
-            itl=[float(x) for x in d["itl"]],
-            error=str(d["error"]),
-            spec_verify_ct=d.get("spec_verify_ct"),
-        )
+        return cls(**d)
 
 
 def error_reason(exc: BaseException) -> str:
@@ -78,14 +59,12 @@ def error_reason(exc: BaseException) -> str:
     # lazy: an extra's (pyproject.toml); the base install goes without
     import requests
 
-    if isinstance(exc, StreamBroken):
+    if isinstance(exc, StreamBroken | requests.exceptions.ChunkedEncodingError):
         return "stream broken"
     if isinstance(exc, requests.exceptions.ConnectionError):
         return "connection error"
     if isinstance(exc, TimeoutError | requests.exceptions.Timeout):
         return "timeout"
-    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
-        return "stream broken"
     if isinstance(exc, ValueError):
         return "malformed chunk"
     if isinstance(exc, OSError):  # a socket error on the wire path
@@ -94,9 +73,8 @@ def error_reason(exc: BaseException) -> str:
 
 
 class Backend(ABC):
-    """A backend contract: the path, the payload, and how to read the streamed chunks."""
+    """The path, the payload, and how to read the streamed chunks."""
 
-    name: str
     path: str
 
     @abstractmethod
@@ -114,87 +92,77 @@ class Backend(ABC):
     def body(self, inp: RequestInput) -> bytes:
         """The encoded JSON body, built once per (row, output length) and then reused."""
         key = (inp.index, inp.row.output_len)
-        data = self._bodies.get(key)
-        if data is None:
-            data = self._bodies[key] = json.dumps(self.payload(inp)).encode()
-        return data
+        if key not in self._bodies:
+            self._bodies[key] = json.dumps(self.payload(inp)).encode()
+        return self._bodies[key]
 
     def request(self, session: requests.Session | WireSession, inp: RequestInput) -> RequestOutput:
         """Send one streamed request; never raises: failures come back with a reason.
 
-        The request is fully prepared (body encoded, headers merged, proxies resolved) before the
-        start stamp, so the timings hold the server and the wire, not the client's bookkeeping.
-        A ``WireSession`` (plain http://, what the bench users hold) sends the prepared bytes and
-        reads the stream itself (wire.py); a ``requests.Session`` serves https:// and the rest.
+        The request is fully prepared before the start stamp, so the timings hold the server and
+        the wire, not the client's bookkeeping. A ``WireSession`` (plain http://, what the bench
+        users hold) sends prepared bytes (wire.py); a ``requests.Session`` serves the rest.
         """
-        if isinstance(session, WireSession):
-            return self._request_wire(session, inp)
-        # lazy: an extra's (pyproject.toml); the base install goes without
-        import requests
-
-        out = RequestOutput(index=inp.index, prompt_len=inp.row.prompt_len)
-        out.output_len = inp.row.output_len
-        resp = None
+        out = RequestOutput(inp.index, prompt_len=inp.row.prompt_len, output_len=inp.row.output_len)
         try:
-            url = inp.base_url.rstrip("/") + self.path
-            prepared = session.prepare_request(
-                requests.Request(
-                    "POST", url, data=self.body(inp), headers={"Content-Type": "application/json"}
-                )
-            )
-            settings = self._settings.get(url)
-            if settings is None:  # proxies and TLS from the environment: once per URL
-                settings = dict(session.merge_environment_settings(url, {}, True, None, None))
-                settings["stream"] = True
-                self._settings[url] = settings
-            out.start_time = time.time()
-            st = time.perf_counter()
-            # requests.Session.send, not locust's HttpSession.request: no per-request bookkeeping
-            # between the stamp and the wire (the locustfile reports to locust's stats itself).
-            resp = requests.Session.send(session, prepared, timeout=REQUEST_TIMEOUT_S, **settings)
-            if resp.status_code != 200:
-                out.error = f"HTTP {resp.status_code}"
-                return out
-            self.read_stream(iter_lines(resp), st, out)
+            if isinstance(session, WireSession):
+                self._send_wire(session, inp, out)
+            else:
+                self._send_requests(session, inp, out)
         except Exception as exc:  # a flaky server must not end the run
             out.error = error_reason(exc)
-            out.success = False
-            return out
-        finally:
-            if resp is not None:
-                resp.close()
         if out.ttft <= 0.0 and not out.error:
             out.error = "no token streamed"
         out.success = not out.error
         return out
 
-    def _request_wire(self, session: WireSession, inp: RequestInput) -> RequestOutput:
-        out = RequestOutput(index=inp.index, prompt_len=inp.row.prompt_len)
-        out.output_len = inp.row.output_len
+    def _send_requests(
+        self, session: requests.Session, inp: RequestInput, out: RequestOutput
+    ) -> None:
+        # lazy: an extra's (pyproject.toml); the base install goes without
+        import requests
+
+        url = inp.base_url.rstrip("/") + self.path
+        headers = {"Content-Type": "application/json"}
+        prepared = session.prepare_request(
+            requests.Request("POST", url, data=self.body(inp), headers=headers)
+        )
+        settings = self._settings.get(url)
+        if settings is None:  # proxies and TLS from the environment: once per URL
+            settings = dict(session.merge_environment_settings(url, {}, True, None, None))
+            settings["stream"] = True
+            self._settings[url] = settings
+        out.start_time = time.time()
+        st = time.perf_counter()
+        # requests.Session.send, not locust's HttpSession.request: no per-request bookkeeping
+        # between the stamp and the wire (the locustfile reports to locust's stats itself).
+        with requests.Session.send(
+            session, prepared, timeout=REQUEST_TIMEOUT_S, **settings
+        ) as resp:
+            if resp.status_code != 200:
+                out.error = f"HTTP {resp.status_code}"
+                return
+            self.read_stream(iter_lines(resp), st, out)
+
+    def _send_wire(self, session: WireSession, inp: RequestInput, out: RequestOutput) -> None:
         key = (inp.index, inp.row.output_len, id(session))
-        data = self._wire.get(key)
-        if data is None:
-            data = self._wire[key] = session.request_bytes("POST", self.path, self.body(inp))
+        if key not in self._wire:
+            self._wire[key] = session.request_bytes("POST", self.path, self.body(inp))
+        out.start_time = time.time()
+        st = time.perf_counter()
         try:
-            out.start_time = time.time()
-            st = time.perf_counter()
-            status, lines = session.send(data)
+            status, lines = session.send(self._wire[key])
             if status != 200:
                 for _ in lines:  # the error body, so the connection stays usable
                     pass
                 out.error = f"HTTP {status}"
-                return out
+                return
             self.read_stream(lines, st, out)
-            if out.error:
-                session.close()  # the rest of the stream is not read
-        except Exception as exc:  # a flaky server must not end the run
+        except BaseException:
             session.close()
-            out.error = error_reason(exc)
-            return out
-        if out.ttft <= 0.0 and not out.error:
-            out.error = "no token streamed"
-        out.success = not out.error
-        return out
+            raise
+        if out.error:
+            session.close()  # the rest of the stream is not read
 
 
 def iter_lines(resp: requests.Response) -> Iterator[bytes]:
@@ -214,20 +182,13 @@ def iter_lines(resp: requests.Response) -> Iterator[bytes]:
         yield pending
 
 
-def _sse_payload(line: bytes) -> bytes | None:
-    line = line.strip()
-    if not line:
-        return None
-    return line[6:] if line.startswith(b"data: ") else line
-
-
 def _sse_events(lines: Any, st: float, out: RequestOutput) -> Iterator[tuple[float, bytes]]:
     """(arrival time, payload) of each streamed event but ``[DONE]``; ``out.latency`` follows the
     last line that arrived (the terminator included), as sglang.benchmark.serving times it."""
     for line in lines:
-        data = _sse_payload(line)
-        if data is None:
+        if not (line := line.strip()):
             continue
+        data = line[6:] if line.startswith(b"data: ") else line
         now = time.perf_counter()
         out.latency = now - st
         if data != b"[DONE]":
@@ -237,7 +198,6 @@ def _sse_events(lines: Any, st: float, out: RequestOutput) -> Iterator[tuple[flo
 class GenerateBackend(Backend):
     """SGLang's native ``/generate``: cumulative text, ``meta_info.completion_tokens`` per chunk."""
 
-    name = "generate"
     path = "/generate"
 
     def payload(self, inp: RequestInput) -> dict[str, Any]:
@@ -321,7 +281,6 @@ def scan_generate_chunk(data: bytes) -> tuple[bool, int | None, int | None] | No
 class OpenAIBackend(Backend):
     """``/v1/completions`` streamed: one inter-token gap per text chunk, length from ``usage``."""
 
-    name = "openai"
     path = "/v1/completions"
 
     def payload(self, inp: RequestInput) -> dict[str, Any]:
@@ -356,12 +315,3 @@ class OpenAIBackend(Backend):
 
 
 BACKEND_MAPPING: dict[str, type[Backend]] = {"generate": GenerateBackend, "openai": OpenAIBackend}
-
-
-def get_backend(name: str) -> Backend:
-    """The backend registered under ``name``; unknown names raise with the known ones."""
-    try:
-        return BACKEND_MAPPING[name]()
-    except KeyError:
-        known = ", ".join(sorted(BACKEND_MAPPING))
-        raise ValueError(f"API={name!r} is not known; use one of: {known}") from None

@@ -1,10 +1,5 @@
-"""Compare a run with a baseline JSONL and flag regressions beyond per-metric thresholds.
-
-A baseline is an earlier run's line (ours or sglang.benchmark.serving's: the keys are the same) at
-the same concurrency, input and output lengths; the last matching line wins. Thresholds are
-percentages: a throughput that drops, or a latency that grows, by more than its threshold is a
-regression, and the bench exits non-zero. ``--threshold key=pct`` overrides one.
-"""
+"""A run against a baseline JSONL (ours or sglang.benchmark.serving's: the keys are the same):
+a figure worse by more than its threshold in % is a regression (docs/loadtest.md)."""
 
 from __future__ import annotations
 
@@ -50,7 +45,6 @@ class Finding:
 
 
 def parse_thresholds(items: list[str]) -> dict[str, float]:
-    """``key=pct`` strings; unknown keys or bad numbers raise ValueError naming the fix."""
     out: dict[str, float] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -73,7 +67,6 @@ def find_baseline(records: list[dict[str, Any]], current: dict[str, Any]) -> dic
 def compare(
     baseline: dict[str, Any], current: dict[str, Any], overrides: dict[str, float] | None = None
 ) -> list[Finding]:
-    """Each known metric present in both records, with how much worse the current one is."""
     findings = []
     for key, (direction, default) in DEFAULT_THRESHOLDS.items():
         b, c = baseline.get(key), current.get(key)

@@ -1,8 +1,7 @@
 """``qwen-npu bench``: run the load test, print the table, append the JSONL, compare a baseline.
 
-Exit status: 0 every request succeeded (and no regression against the baseline); 1 some requests
-failed, the baseline comparison found a regression, or the target was not ready; 2 bad input; 130
-interrupted (what was measured is still printed and written).
+Exit status (docs/loadtest.md): 0 all good, 1 failed requests, a regression or a target not
+ready, 2 bad input, 130 interrupted (what was measured is still printed and written).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Any
 
 from qwen_npu.cli_parser import (
     EXIT_FAILED,
+    Number,
     OneLineParser,
     fail,
     non_negative_float,
@@ -25,59 +25,74 @@ from qwen_npu.cli_parser import (
 )
 from qwen_npu.loadtest.backends import BACKEND_MAPPING
 from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
-from qwen_npu.loadtest.config import DEFAULT_TARGET, BenchConfig
+from qwen_npu.loadtest.config import BenchConfig
 from qwen_npu.loadtest.dataset import (
-    DATASET_MAPPING,
+    DATASETS,
     DEFAULT_VOCAB_SIZE,
     DatasetConfig,
-    DatasetError,
-    get_dataset,
     vocab_size_from_tokenizer,
 )
 from qwen_npu.loadtest.metrics import calculate_metrics
 from qwen_npu.loadtest.progress import TargetNotReady, say
 from qwen_npu.loadtest.report import (
-    RunInfo,
     append_jsonl,
     build_record,
     format_errors,
     format_table,
     read_jsonl,
 )
+from qwen_npu.ports import LOCAL_ENGINE_URL
 
 PROG = "qwen-npu bench"
+DATA_FLAGS = ("num_prompts", "input_len", "output_len", "range_ratio", "seed")
+
+
+def add_request_flags(p: Any) -> None:
+    """What shapes the requests: the bench's flags, and ``make bench-ui``'s (locust's parser)."""
+    d = BenchConfig().data
+    p.add_argument("--api", default="generate", choices=sorted(BACKEND_MAPPING))
+    p.add_argument("--num-prompts", type=positive_int, default=d.num_prompts)
+    p.add_argument("--input-len", type=positive_int, default=d.input_len)
+    p.add_argument("--output-len", type=positive_int, default=d.output_len)
+    p.add_argument("--range-ratio", type=unit_interval, default=d.range_ratio)
+    p.add_argument("--seed", type=non_negative_int, default=d.seed)
+    p.add_argument(
+        "--tokenizer", metavar="DIR", default=None, help="folder with tokenizer.json (vocab size)"
+    )
+    p.add_argument(
+        "--vocab-size",
+        type=Number(int, low=2, what="an integer of 2 or more"),
+        default=None,
+        help=f"token-id range when no --tokenizer (default {DEFAULT_VOCAB_SIZE})",
+    )
+
+
+def data_from_args(args: argparse.Namespace) -> DatasetConfig:
+    if args.tokenizer and args.vocab_size is not None:
+        raise ValueError("pass --tokenizer or --vocab-size, not both")
+    vocab = (
+        vocab_size_from_tokenizer(args.tokenizer)
+        if args.tokenizer
+        else (args.vocab_size or DEFAULT_VOCAB_SIZE)
+    )
+    return DatasetConfig(**{k: getattr(args, k) for k in DATA_FLAGS}, vocab_size=vocab)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = BenchConfig().data
     c = BenchConfig()
     p = OneLineParser(
         prog=PROG,
         description="Locust load test with sglang.benchmark.serving's dataset and metrics.",
     )
-    p.add_argument("--target", default=DEFAULT_TARGET, help="engine base URL (%(default)s)")
-    p.add_argument("--api", default=c.api, choices=sorted(BACKEND_MAPPING))
+    p.add_argument("--target", default=LOCAL_ENGINE_URL, help="engine base URL (%(default)s)")
+    add_request_flags(p)
     p.add_argument(
         "--concurrency", "-c", type=positive_int, default=c.concurrency, help="closed-loop users"
     )
     p.add_argument(
         "--sweep", default=None, help='run once per concurrency, e.g. "1 5 10" (overrides -c)'
     )
-    p.add_argument("--num-prompts", type=positive_int, default=d.num_prompts)
-    p.add_argument("--input-len", type=positive_int, default=d.input_len)
-    p.add_argument("--output-len", type=positive_int, default=d.output_len)
-    p.add_argument("--range-ratio", type=unit_interval, default=d.range_ratio)
-    p.add_argument("--seed", type=non_negative_int, default=d.seed)
-    p.add_argument("--dataset", default=c.dataset, choices=sorted(DATASET_MAPPING))
-    p.add_argument(
-        "--tokenizer", metavar="DIR", default=None, help="folder with tokenizer.json (vocab size)"
-    )
-    p.add_argument(
-        "--vocab-size",
-        type=positive_int,
-        default=None,
-        help=f"token-id range when no --tokenizer (default {DEFAULT_VOCAB_SIZE})",
-    )
+    p.add_argument("--dataset", default=c.dataset, choices=DATASETS)
     p.add_argument("--model", default=c.model, help="model name for API=openai")
     p.add_argument(
         "--workers", type=non_negative_int, default=c.workers, help="locust worker processes"
@@ -106,41 +121,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _concurrencies(args: argparse.Namespace) -> list[int]:
-    if args.sweep is None:
-        return [args.concurrency]
+def parse_concs(flag: str, text: str) -> list[int]:
+    """``"1 5 10"`` (or commas): the concurrencies, sorted, each once."""
     try:
-        values = [int(x) for x in args.sweep.replace(",", " ").split()]
+        values = [int(x) for x in text.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f'--sweep "{args.sweep}": use integers, e.g. --sweep "1 5 10"') from None
+        raise ValueError(f'{flag} "{text}": use integers, e.g. {flag} "1 5 10"') from None
     if not values or min(values) < 1:
-        raise ValueError(f'--sweep "{args.sweep}": give concurrencies of 1 or more, e.g. "1 5 10"')
-    return values
+        raise ValueError(f'{flag} "{text}": give concurrencies of 1 or more, e.g. "1 5 10"')
+    return sorted(set(values))
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Validate the flags into a config; bad values raise ValueError with the fix."""
-    if args.tokenizer and args.vocab_size is not None:
-        raise ValueError("pass --tokenizer or --vocab-size, not both")
-    vocab = (
-        vocab_size_from_tokenizer(args.tokenizer)
-        if args.tokenizer
-        else (DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size)
-    )
     if not args.target.startswith(("http://", "https://")):
-        raise ValueError(f"--target {args.target}: use a URL such as {DEFAULT_TARGET}")
-    config = BenchConfig(
+        raise ValueError(f"--target {args.target}: use a URL such as {LOCAL_ENGINE_URL}")
+    return BenchConfig(
         target=args.target.rstrip("/"),
         api=args.api,
         concurrency=args.concurrency,
-        data=DatasetConfig(
-            num_prompts=args.num_prompts,
-            input_len=args.input_len,
-            output_len=args.output_len,
-            range_ratio=args.range_ratio,
-            seed=args.seed,
-            vocab_size=vocab,
-        ),
+        data=data_from_args(args),
         model=args.model,
         workers=args.workers,
         dataset=args.dataset,
@@ -149,22 +149,17 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ramp_ms_per_user=args.ramp_ms_per_user,
         tag=args.tag,
     )
-    get_dataset(config.dataset, config.data)  # validates the numbers
-    return config
 
 
 def run_one(config: BenchConfig) -> tuple[dict[str, Any], bool]:
+    """One measured run as a JSONL record, and whether it was interrupted."""
     from qwen_npu.loadtest import runner  # imports locust (gevent monkey-patching): only here
 
-    # lazy, after runner: it imports requests, and locust must patch ssl before that loads
-    from qwen_npu.loadtest.server_counters import accept_length
-
     result = runner.run(config)
-    metrics = calculate_metrics(result.outputs, result.duration_s)
     record = build_record(
-        RunInfo.of(config),
-        metrics,
-        accept_length=accept_length(result.before, result.after),
+        config,
+        calculate_metrics(result.outputs, result.duration_s),
+        accept_length=result.accept_length,
         server_info=result.server_info,
         interrupted=result.interrupted,
     )
@@ -175,7 +170,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
-        concs = _concurrencies(args)
+        concs = [args.concurrency] if args.sweep is None else parse_concs("--sweep", args.sweep)
         thresholds = parse_thresholds(args.threshold)
         if args.baseline and not Path(args.baseline).is_file():
             raise ValueError(
@@ -183,10 +178,10 @@ def main(argv: list[str]) -> int:
                 "(--output; make bench: out/bench/bench.jsonl) or drop --baseline"
             )
         baseline_records = read_jsonl(args.baseline) if args.baseline else None
-    except (ValueError, DatasetError, OSError) as exc:
+    except (ValueError, OSError) as exc:
         return fail(PROG, str(exc))
 
-    if config.vocab_size == DEFAULT_VOCAB_SIZE and not args.tokenizer and args.vocab_size is None:
+    if not args.tokenizer and args.vocab_size is None:
         say(
             "note",
             vocab_size=f"{DEFAULT_VOCAB_SIZE} (default)",
@@ -199,7 +194,7 @@ def main(argv: list[str]) -> int:
         try:
             record, interrupted = run_one(replace(config, concurrency=conc))
         except TargetNotReady as exc:
-            return fail(PROG, str(exc), EXIT_FAILED)  # one line naming the fix
+            return fail(PROG, str(exc), EXIT_FAILED)
         records.append(record)
         if args.output:
             append_jsonl(args.output, record)
@@ -209,8 +204,7 @@ def main(argv: list[str]) -> int:
 
     print(format_table(records))
     for rec in records:
-        errors = format_errors(rec)
-        if errors:
+        if errors := format_errors(rec):
             print(f"Concurrency {rec['max_concurrency']}:\n{errors}")
     if args.output:
         print(f"results appended to {args.output}")
@@ -223,11 +217,12 @@ def main(argv: list[str]) -> int:
             page = write_html(records, png, f"{stem}.html")
             print(f"sweep picture: {png}\nsweep report: {page}")
 
-    status = 0
-    if any(r["verdict"] != "pass" for r in records):
-        status = 1
+    status = 1 if any(r["verdict"] != "pass" for r in records) else 0
     if baseline_records is not None:
-        status = max(status, _compare(baseline_records, records, thresholds, args.baseline))
+        for rec in records:
+            status = max(
+                status, _against_baseline(baseline_records, rec, thresholds, args.baseline)
+            )
     if interrupted:
         return 130
     verdicts = ",".join(f"{r['max_concurrency']}:{r['verdict']}" for r in records)
@@ -235,26 +230,23 @@ def main(argv: list[str]) -> int:
     return status
 
 
-def _compare(
+def _against_baseline(
     baseline_records: list[dict[str, Any]],
-    records: list[dict[str, Any]],
+    rec: dict[str, Any],
     thresholds: dict[str, float],
     path: str,
 ) -> int:
-    status = 0
-    for rec in records:
-        base = find_baseline(baseline_records, rec)
-        if base is None:
-            print(
-                f"baseline: no line in {path} at concurrency {rec['max_concurrency']} with "
-                f"{rec['random_input_len']} in / {rec['random_output_len']} out; nothing compared"
-            )
-            continue
-        findings = compare(base, rec, thresholds)
-        bad = [f for f in findings if f.regressed]
-        print(f"baseline comparison (concurrency {rec['max_concurrency']}, {path}):")
-        print("\n".join(f.line() for f in findings))
-        if bad:
-            status = 1
-            print(f"baseline: REGRESSION in {', '.join(f.key for f in bad)}")
-    return status
+    base = find_baseline(baseline_records, rec)
+    if base is None:
+        print(
+            f"baseline: no line in {path} at concurrency {rec['max_concurrency']} with "
+            f"{rec['random_input_len']} in / {rec['random_output_len']} out; nothing compared"
+        )
+        return 0
+    findings = compare(base, rec, thresholds)
+    print(f"baseline comparison (concurrency {rec['max_concurrency']}, {path}):")
+    print("\n".join(f.line() for f in findings))
+    if bad := [f.key for f in findings if f.regressed]:
+        print(f"baseline: REGRESSION in {', '.join(bad)}")
+        return 1
+    return 0

@@ -1,9 +1,8 @@
-"""The arithmetic of a comparison: spreads over repeats, verdicts, the table, the crossover.
+"""The arithmetic of a comparison: spreads over repeats, verdicts, the tables, the crossover.
 
-Pure (no I/O, no locust), so the rules are tested on hand-made records. Each side ran the same
-dataset ``repeats`` times per concurrency; a figure's spread is the range of its repeats (min..max)
-around their median. A verdict is given only where the two ranges do not overlap: every repeat of
-one side beat every repeat of the other. With one repeat there is no spread and so no verdict.
+Pure (no I/O, no locust), so the rules are tested on hand-made records. A figure's spread is the
+range (min..max) of its repeats around their median; a verdict only where two ranges do not
+overlap (docs/loadtest.md).
 """
 
 from __future__ import annotations
@@ -20,13 +19,11 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("mean_ttft_ms", "Mean TTFT ms", "lower"),
     ("mean_e2e_latency_ms", "Mean E2E ms", "lower"),
 )
-HEADLINE = "output_throughput"
+HEADLINE = "output_throughput"  # higher is better
 
 
 @dataclass(frozen=True)
 class Spread:
-    """One figure of one side at one concurrency over its repeats."""
-
     median: float
     lo: float
     hi: float
@@ -34,14 +31,12 @@ class Spread:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Spread:
-        if not values:
-            raise ValueError("no values to summarise")
         return cls(float(statistics.median(values)), min(values), max(values), len(values))
 
-    def cell(self, fmt: str = "{:.1f}") -> str:
+    def cell(self) -> str:
         if self.n < 2:
-            return fmt.format(self.median)
-        return f"{fmt.format(self.median)} ({fmt.format(self.lo)}..{fmt.format(self.hi)})"
+            return f"{self.median:.1f}"
+        return f"{self.median:.1f} ({self.lo:.1f}..{self.hi:.1f})"
 
 
 def beats(x: Spread, y: Spread, better: str) -> bool:
@@ -52,7 +47,6 @@ def beats(x: Spread, y: Spread, better: str) -> bool:
 
 
 def verdict(a: Spread, b: Spread, better: str, label_a: str, label_b: str) -> str:
-    """``<label> better``, ``within spread`` or ``no spread (1 repeat)``."""
     if a.n < 2 or b.n < 2:
         return "no spread (1 repeat)"
     if beats(a, b, better):
@@ -67,7 +61,6 @@ class Cell:
     """Every figure of one side at one concurrency."""
 
     label: str
-    conc: int
     figures: dict[str, Spread]
     accept_length: float | None
     runs: int
@@ -77,11 +70,11 @@ class Cell:
 def summarize(
     records: Sequence[dict[str, Any]], labels: Sequence[str]
 ) -> dict[int, dict[str, Cell]]:
-    """conc -> label -> Cell, from JSONL records carrying ``compare_label``."""
+    """conc -> label -> Cell, from JSONL records carrying ``compare_label``; a side's failed runs
+    are left out of its figures unless every run failed."""
     out: dict[int, dict[str, Cell]] = {}
-    concs = sorted({int(r["max_concurrency"]) for r in records})
-    for conc in concs:
-        row: dict[str, Cell] = {}
+    for conc in sorted({int(r["max_concurrency"]) for r in records}):
+        out[conc] = {}
         for label in labels:
             recs = [
                 r
@@ -91,22 +84,15 @@ def summarize(
             if not recs:
                 continue
             good = [r for r in recs if r.get("verdict") == "pass"] or recs
-            figures = {key: Spread.of([float(r[key]) for r in good]) for key, _, _ in METRICS}
             accepts = [float(r["accept_length"]) for r in good if r.get("accept_length")]
-            row[label] = Cell(
+            out[conc][label] = Cell(
                 label,
-                conc,
-                figures,
+                {key: Spread.of([float(r[key]) for r in good]) for key, _, _ in METRICS},
                 float(statistics.median(accepts)) if accepts else None,
                 len(recs),
                 sum(1 for r in recs if r.get("verdict") != "pass"),
             )
-        out[conc] = row
     return out
-
-
-def _pct(a: float, b: float) -> str:
-    return f"{(b - a) / a * 100:+.1f}%" if a else "-"
 
 
 def format_pair(cells: dict[str, Cell], label_a: str, label_b: str) -> str:
@@ -115,19 +101,23 @@ def format_pair(cells: dict[str, Cell], label_a: str, label_b: str) -> str:
     rows = [["Metric", label_a, label_b, f"{label_b} vs {label_a}", "verdict"]]
     for key, title, better in METRICS:
         fa, fb = a.figures[key], b.figures[key]
-        rows.append(
-            [
-                title,
-                fa.cell(),
-                fb.cell(),
-                _pct(fa.median, fb.median),
-                verdict(fa, fb, better, label_a, label_b),
-            ]
-        )
-    acc = [_acc(a.accept_length), _acc(b.accept_length)]
-    rows.append(["Accept length", *acc, "", "engine counters"])
+        pct = f"{(fb.median - fa.median) / fa.median * 100:+.1f}%" if fa.median else "-"
+        rows.append([title, fa.cell(), fb.cell(), pct, verdict(fa, fb, better, label_a, label_b)])
+    rows.append(
+        ["Accept length", _acc(a.accept_length), _acc(b.accept_length), "", "engine counters"]
+    )
     rows.append(["Runs (with failures)", _runs(a), _runs(b), "", ""])
-    return _grid(rows)
+    return grid(rows)
+
+
+def format_many(cells: dict[str, Cell], labels: Sequence[str]) -> str:
+    """The table of one concurrency for any number of sides: medians (min..max) per figure."""
+    present = [cells[label] for label in labels if label in cells]
+    rows = [["Metric", *(c.label for c in present)]]
+    rows += [[title, *(c.figures[key].cell() for c in present)] for key, title, _ in METRICS]
+    rows.append(["Accept length", *(_acc(c.accept_length) for c in present)])
+    rows.append(["Runs (with failures)", *(_runs(c) for c in present)])
+    return grid(rows)
 
 
 def _runs(cell: Cell) -> str:
@@ -138,27 +128,24 @@ def _acc(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _grid(rows: list[list[str]]) -> str:
+def grid(rows: list[list[str]]) -> str:
+    """A text table: the first column left-aligned, the others right-aligned, a rule under row 0."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for n, row in enumerate(rows):
         tail = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        cells = [row[0].ljust(widths[0]), *tail]
-        lines.append("  ".join(cells).rstrip())
+        lines.append("  ".join([row[0].ljust(widths[0]), *tail]).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def crossover(
-    summary: dict[int, dict[str, Cell]], label_on: str, label_off: str, key: str = HEADLINE
-) -> int | None:
-    """The lowest concurrency at which ``label_off`` beats ``label_on`` beyond the spread."""
-    better = next(b for k, _, b in METRICS if k == key)
+def crossover(summary: dict[int, dict[str, Cell]], label_on: str, label_off: str) -> int | None:
+    """The lowest concurrency at which ``label_off`` beats ``label_on`` in output tok/s beyond the
+    spread."""
     for conc in sorted(summary):
-        cells = summary[conc]
-        on, off = cells.get(label_on), cells.get(label_off)
-        if on and off and beats(off.figures[key], on.figures[key], better):
+        on, off = summary[conc].get(label_on), summary[conc].get(label_off)
+        if on and off and beats(off.figures[HEADLINE], on.figures[HEADLINE], "higher"):
             return conc
     return None
 
@@ -175,8 +162,7 @@ class Pick:
 
     def evidence(self, summary: dict[int, dict[str, Cell]]) -> str:
         cells = summary[self.conc]
-        b = cells[self.best].figures[HEADLINE]
-        text = f"CONC {self.conc}: {self.best} {b.cell()} tok/s"
+        text = f"CONC {self.conc}: {self.best} {cells[self.best].figures[HEADLINE].cell()} tok/s"
         if self.runner_up is None:
             return text
         r = cells[self.runner_up].figures[HEADLINE]
@@ -184,33 +170,13 @@ class Pick:
         return f"{text} vs {self.runner_up} {r.cell()} ({self.margin_pct:+.1f}%, {sure})"
 
 
-def pick(summary: dict[int, dict[str, Cell]], conc: int, key: str = HEADLINE) -> Pick:
-    """The setting with the best median of ``key`` at ``conc``, against the next best."""
-    better = next(b for k, _, b in METRICS if k == key)
-    cells = summary[conc]
-    ranked = sorted(
-        cells.values(),
-        key=lambda c: c.figures[key].median,
-        reverse=better == "higher",
-    )
-    best = ranked[0]
+def pick(summary: dict[int, dict[str, Cell]], conc: int) -> Pick:
+    """The side with the best median output tok/s at ``conc``, against the next best."""
+    ranked = sorted(summary[conc].values(), key=lambda c: -c.figures[HEADLINE].median)
+    best = ranked[0].figures[HEADLINE]
     if len(ranked) == 1:
-        return Pick(conc, best.label, None, 0.0, False)
-    second = ranked[1]
-    bm, sm = best.figures[key].median, second.figures[key].median
-    margin = (bm - sm) / sm * 100 if sm else 0.0
-    if better == "lower":
-        margin = -margin
-    separated = beats(best.figures[key], second.figures[key], better)
-    return Pick(conc, best.label, second.label, margin, separated)
-
-
-def format_many(cells: dict[str, Cell], labels: Sequence[str]) -> str:
-    """The table of one concurrency for any number of sides: medians (min..max) per figure."""
-    present = [label for label in labels if label in cells]
-    rows = [["Metric", *present]]
-    for key, title, _ in METRICS:
-        rows.append([title] + [cells[label].figures[key].cell() for label in present])
-    rows.append(["Accept length"] + [_acc(cells[label].accept_length) for label in present])
-    rows.append(["Runs (with failures)"] + [_runs(cells[label]) for label in present])
-    return _grid(rows)
+        return Pick(conc, ranked[0].label, None, 0.0, False)
+    second = ranked[1].figures[HEADLINE]
+    margin = (best.median - second.median) / second.median * 100 if second.median else 0.0
+    separated = beats(best, second, "higher")
+    return Pick(conc, ranked[0].label, ranked[1].label, margin, separated)

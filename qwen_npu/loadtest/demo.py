@@ -1,11 +1,6 @@
-"""``make demo``: the whole loop without an NPU: simulator, sidecar, CONC=10 bench, table.
-
-What it does, in order, saying each step as it goes: start the SGLang-protocol simulator with the
-profile shaped after the upstream pull request's checkpoint (Qwen3.6-35B-A3B W8A8, TP2, MTP) on
-127.0.0.1:30000 (or a free port when that one is taken), start the sidecar beside it on 9400 (or
-a free port), run ``qwen-npu bench`` at concurrency 10, print the table and where the sidecar's and
-the engine's metrics are, and stop both processes: also on Ctrl-C, on a failure, or when a
-start fails. Logs of the two servers go to ``out/demo/``.
+"""``make demo``: the whole loop without an NPU: the simulator (the upstream pull request's
+checkpoint's profile), the sidecar beside it, a CONC=10 bench, the table and where to look; both
+servers stopped at the end, on Ctrl-C or on a failure. Their logs go to ``out/demo/``.
 """
 
 from __future__ import annotations
@@ -38,14 +33,12 @@ def say(msg: str) -> None:
 
 
 def pick_port(preferred: int) -> int:
-    """``preferred`` when free, else any free port (0 asks for any free port)."""
     if preferred and processes.port_free(preferred):
         return preferred
     return processes.free_port()
 
 
 def came_up(url: str, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> bool:
-    """Whether GET ``url`` answered 200 before ``timeout_s`` and before ``proc`` exited."""
     try:
         processes.wait_http(url, timeout_s=timeout_s, proc=proc, log=log)
     except (processes.WaitTimeout, processes.ProcessExited):

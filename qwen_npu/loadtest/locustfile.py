@@ -1,16 +1,10 @@
 """The locustfile: CONC users, each a closed loop of one streamed request at a time.
 
-Used three ways: by ``qwen-npu bench`` as a library (local runner, or the master of WORKERS local
-worker processes), by those workers (``locust --worker -f <this file>``), and by ``make bench-ui``
-(locust's own web UI, where the dataset cycles until you press stop).
-
-Each user takes the next dataset index from a ticket source (a counter in one process; the master,
-by message, in distributed mode), sends it through the chosen backend on its own kept-alive
-connection (wire.py for http://, opened before the measured phase; a ``requests`` session for
-https://; chunks stamped on arrival), and hands the
-measured ``RequestOutput`` to a sink (a list in one process; a message to the master otherwise).
-When the tickets run out the user stops. Locust's own statistics get a TTFT and an E2E entry per
-request.
+Used by ``qwen-npu bench`` as a library (local runner, or the master of WORKERS worker processes),
+by those workers (``locust --worker -f <this file>``), and by ``make bench-ui`` (locust's web UI,
+the dataset cycling until you press stop). Each user takes the next dataset index from a ticket
+source (a counter; in distributed mode the master, by message) and hands the measured
+``RequestOutput`` to a sink (a list; or a message to the master).
 """
 
 from __future__ import annotations
@@ -28,9 +22,10 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-from qwen_npu.loadtest.backends import Backend, RequestInput, RequestOutput, get_backend
+from qwen_npu.loadtest import cli
+from qwen_npu.loadtest.backends import BACKEND_MAPPING, Backend, RequestInput, RequestOutput
 from qwen_npu.loadtest.config import BenchConfig
-from qwen_npu.loadtest.dataset import DatasetConfig, DatasetRow, get_dataset
+from qwen_npu.loadtest.dataset import DatasetRow, load
 from qwen_npu.loadtest.wire import WireSession
 from qwen_npu.ports import LOCAL_ENGINE_URL
 
@@ -50,8 +45,8 @@ class BenchState:
         sink: Callable[[RequestOutput], None],
     ) -> None:
         self.config = config
-        self.rows: list[DatasetRow] = get_dataset(config.dataset, config.data).load()
-        self.backend: Backend = get_backend(config.api)
+        self.rows: list[DatasetRow] = load(config.data)
+        self.backend: Backend = BACKEND_MAPPING[config.api]()
         self.next_ticket = next_ticket
         self.sink = sink
         self.users_started = 0
@@ -60,24 +55,16 @@ class BenchState:
     def prewarm(self, target: str, count: int) -> None:
         """Open ``count`` user connections now, before the measured phase starts its clock."""
         if _wire_for(target):
-            for _ in range(count):
-                session = WireSession(target)
-                session.warm()
-                self.warm_sessions.append(session)
+            self.warm_sessions += [WireSession(target).warm() for _ in range(count)]
 
     def session_for(self, target: str) -> requests.Session | WireSession:
-        """A user's connection: a pre-warmed one, else a new one opened now (http://), or a
-        requests session (https://, proxies)."""
+        """A pre-warmed connection, else one opened now (http://), or a requests session."""
         if not _wire_for(target):
             return requests.Session()
-        if self.warm_sessions:
-            return self.warm_sessions.pop()
-        session = WireSession(target)
-        session.warm()
-        return session
+        return self.warm_sessions.pop() if self.warm_sessions else WireSession(target).warm()
 
     def start_delay_s(self) -> float:
-        """Users start ``ramp_ms_per_user`` apart (see BenchConfig): the first wave is no burst."""
+        """Users start ``ramp_ms_per_user`` apart (BenchConfig says why)."""
         k = self.users_started
         self.users_started += 1
         return k * self.config.ramp_ms_per_user / 1000.0
@@ -140,23 +127,17 @@ def serve_tickets(runner: MasterRunner, tickets: Callable[[], int | None]) -> No
 
 
 def fire_stats(environment: Environment, backend: Backend, out: RequestOutput) -> None:
-    """Report TTFT and E2E to locust's own statistics (its UI, CSV and HTML reports)."""
-    exc = RuntimeError(out.error) if not out.success else None
-    environment.events.request.fire(  # type: ignore[no-untyped-call]
-        request_type="E2E",
-        name=backend.path,
-        response_time=out.latency * 1000.0,
-        response_length=out.output_len,
-        exception=exc,
-        context={},
+    """Report E2E and TTFT to locust's own statistics (its UI, CSV and HTML reports)."""
+    fired = [("E2E", out.latency, out.output_len)] + (
+        [("TTFT", out.ttft, 0)] if out.success else []
     )
-    if out.success:
+    for kind, seconds, length in fired:
         environment.events.request.fire(  # type: ignore[no-untyped-call]
-            request_type="TTFT",
+            request_type=kind,
             name=backend.path,
-            response_time=out.ttft * 1000.0,
-            response_length=0,
-            exception=None,
+            response_time=seconds * 1000.0,
+            response_length=length,
+            exception=None if out.success else RuntimeError(out.error),
             context={},
         )
 
@@ -203,15 +184,7 @@ class BenchUser(HttpUser):
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _add_arguments(parser: Any, **_: Any) -> None:
-    defaults = BenchConfig().data
-    group = parser.add_argument_group("qwen-npu bench")
-    group.add_argument("--api", default=BenchConfig().api, help="generate or openai")
-    group.add_argument("--num-prompts", type=int, default=defaults.num_prompts)
-    group.add_argument("--input-len", type=int, default=defaults.input_len)
-    group.add_argument("--output-len", type=int, default=defaults.output_len)
-    group.add_argument("--range-ratio", type=float, default=defaults.range_ratio)
-    group.add_argument("--seed", type=int, default=defaults.seed)
-    group.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+    cli.add_request_flags(parser.add_argument_group("qwen-npu bench"))
 
 
 @events.init.add_listener  # type: ignore[untyped-decorator]
@@ -234,17 +207,10 @@ def _on_init(environment: Environment, **_: Any) -> None:
         config = BenchConfig(
             target=environment.host or BenchUser.host,
             api=opts.api,
-            data=DatasetConfig(
-                num_prompts=opts.num_prompts,
-                input_len=opts.input_len,
-                output_len=opts.output_len,
-                range_ratio=opts.range_ratio,
-                seed=opts.seed,
-                vocab_size=opts.vocab_size,
-            ),
+            data=cli.data_from_args(opts),
             ramp_ms_per_user=0.0,  # the web UI ramps with its own spawn rate
         )
     if config is not None:
         # Interactive (web UI): cycle through the dataset until the user presses stop.
-        tickets = CountingTickets(config.num_prompts, cycle=True)
+        tickets = CountingTickets(config.data.num_prompts, cycle=True)
         environment.qwen_bench = BenchState(config, tickets, lambda out: None)  # type: ignore[attr-defined]

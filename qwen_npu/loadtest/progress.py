@@ -1,10 +1,5 @@
-"""The load test's status lines and its "target not ready" error, apart from the locust runner.
-
-Why apart: importing qwen_npu.loadtest.runner imports locust, whose gevent monkey-patching changes
-sockets and threads for the whole process. The verbs (bench, bench-compare, mtp-tune) report bad
-input and progress before any load runs, and other code (tests, tools) prints in the same shape,
-without paying for or being changed by that import.
-"""
+"""The load test's status lines and "target not ready" error, apart from the runner: importing
+that imports locust, whose gevent monkey-patching changes the whole process."""
 
 from __future__ import annotations
 
@@ -16,6 +11,5 @@ class TargetNotReady(RuntimeError):
 
 
 def say(event: str, level: str = "info", **fields: object) -> None:
-    """Progress and status lines on stderr in the shared shape (qwen_npu/log.py):
-    ``qwen_npu.bench level=INFO event=<event> k=v ...`` (the table goes to stdout)."""
+    """A status line on stderr in the shared shape (qwen_npu/log.py); the table goes to stdout."""
     shared_log.log("bench", level, event, **fields)

@@ -1,15 +1,11 @@
-"""Runs one measured phase with locust as a library: warm-up, CONC users, N requests, counters.
-
-Order of a run: wait for the target to answer ``/v1/models`` (as sglang.benchmark.serving does), one
-warm-up request (row 0, at most 32 new tokens; excluded), a ``/metrics`` scrape, the measured phase
-(CONC users in one process, or a master with WORKERS local ``locust --worker`` processes on
-127.0.0.1), a second scrape. Duration runs from the start of the users to the arrival of the last
-measured result. Ctrl-C (SIGINT) or SIGTERM stops the users and keeps what was measured.
+"""One measured phase with locust as a library: wait for the target, warm up, scrape the counters,
+CONC users (or a master and WORKERS local workers) until N results, scrape again (docs/loadtest.md).
+The duration runs from the start of the users to the last result; Ctrl-C or SIGTERM stops the users
+and keeps what was measured.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -31,20 +27,18 @@ from qwen_npu.loadtest import locustfile as lf
 from qwen_npu.loadtest.backends import RequestInput, RequestOutput
 from qwen_npu.loadtest.config import ENV_VAR, BenchConfig
 from qwen_npu.loadtest.progress import TargetNotReady, say
-from qwen_npu.loadtest.server_counters import CounterSnapshot, scrape
+from qwen_npu.loadtest.server_counters import accept_length, scrape
 
 # Locust warns about a spawn rate above 100/s; starting all CONC users at once is the point here.
 logging.getLogger("locust.runners").setLevel(logging.ERROR)
+PROGRESS_EVERY_S = 2.0
 
 
 @dataclass
 class RunResult:
-    """The raw outcome of one measured phase."""
-
     outputs: list[RequestOutput]
     duration_s: float
-    before: CounterSnapshot
-    after: CounterSnapshot
+    accept_length: float | None
     server_info: Any
     interrupted: bool
 
@@ -137,8 +131,9 @@ def _start_workers(config: BenchConfig, port: int) -> list[subprocess.Popen[byte
 def run(config: BenchConfig) -> RunResult:
     """One measured phase. Raises TargetNotReady before anything is measured."""
     lf.BenchUser.host = config.target
-    collector = Collector(config.num_prompts)
-    tickets = lf.CountingTickets(config.num_prompts)
+    num_prompts = config.data.num_prompts
+    collector = Collector(num_prompts)
+    tickets = lf.CountingTickets(num_prompts)
     state = lf.BenchState(config, tickets, collector.add)
     wait_ready(config)
     if config.warmup:
@@ -185,7 +180,7 @@ def run(config: BenchConfig) -> RunResult:
         target=config.target,
         api=config.api,
         concurrency=config.concurrency,
-        num_prompts=config.num_prompts,
+        num_prompts=num_prompts,
         workers=config.workers,
         next="Ctrl-C stops and keeps what was measured",
     )
@@ -195,13 +190,13 @@ def run(config: BenchConfig) -> RunResult:
     while collector.done_at is None and not stop["flag"]:
         gevent.sleep(0.05)
         now = time.perf_counter()
-        if now - last_report >= config.progress_interval_s:
+        if now - last_report >= PROGRESS_EVERY_S:
             last_report = now
             done = len(collector.outputs)
             failed = sum(1 for o in collector.outputs if not o.success)
             say(
                 "progress",
-                done=f"{done}/{config.num_prompts}",
+                done=f"{done}/{num_prompts}",
                 failed=failed,
                 elapsed_s=f"{now - t0:.1f}",
                 req_per_s=f"{done / (now - t0):.2f}",
@@ -220,10 +215,9 @@ def run(config: BenchConfig) -> RunResult:
     info = server_info(config)
     _stop(runner, workers)
     return RunResult(
-        outputs=list(collector.outputs[: config.num_prompts]),
+        outputs=list(collector.outputs[:num_prompts]),
         duration_s=max(end - t0, 1e-9),
-        before=before,
-        after=after,
+        accept_length=accept_length(before, after),
         server_info=info,
         interrupted=interrupted,
     )
@@ -239,8 +233,3 @@ def _stop(runner: Any, workers: list[subprocess.Popen[bytes]]) -> None:
             w.wait(timeout=10)  # they leave on the master's quit
         except subprocess.TimeoutExpired:
             processes.stop(w, grace_s=5)
-
-
-def dumps(result: RunResult) -> str:
-    """Debug aid: the raw outputs as JSON."""
-    return json.dumps([o.as_dict() for o in result.outputs])

@@ -1,18 +1,10 @@
 """A kept-alive HTTP/1.1 connection that streams a response's lines with the least work per token.
 
-Why not ``requests`` for the streamed requests: each streamed token is one HTTP chunk, and reading
-it through requests and urllib3 (generator layers, a readline per chunk header, content decoding)
-costs about 100 µs of client CPU per token; at CONC 64 (6,400 tokens/s) that alone keeps a core
-busy and every arriving first token waits for it, which the client then reports as TTFT. Here one
-``recv`` takes whatever has arrived (one token, or several when the client fell behind), the chunked
-framing is undone over that buffer, and the SSE lines go to the backend's reader as they are. The
-request bytes are built once per dataset row (request line, headers and body) and sent with one
-``sendall``, so the TTFT clock starts at the send itself.
-
-Each user owns one ``WireSession``: one connection, opened before the measured phase
-(``warm``), reopened when the server closed it. Plain ``http://`` only; ``https://`` targets use
-``requests`` (backends.py). Sockets are gevent's after locust's monkey-patching, so a user waiting
-for bytes yields to the others.
+Why not ``requests`` here: docs/architecture.md (about 100 µs of client CPU per token, which a
+loaded client reports as TTFT). One ``recv`` takes whatever has arrived, the chunked framing is
+undone over that buffer, and the request bytes are built once per row and sent with one
+``sendall``. Each bench user owns one session, opened before the measured phase (``warm``).
+Plain ``http://`` only; sockets are gevent's after locust's monkey-patching.
 """
 
 from __future__ import annotations
@@ -43,20 +35,19 @@ class WireSession:
         self.sock: socket.socket | None = None
         self._heads: dict[str, bytes] = {}
 
-    # -- connection ------------------------------------------------------------------------
-
     def connect(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
         return sock
 
-    def warm(self, path: str = "/v1/models") -> None:
+    def warm(self, path: str = "/v1/models") -> WireSession:
         """Open the connection now (before the clock runs) with one small GET; errors ignored."""
         try:
             self.get(path)
         except OSError:
             self.close()
+        return self
 
     def close(self) -> None:
         if self.sock is not None:
@@ -64,8 +55,6 @@ class WireSession:
                 self.sock.close()
             finally:
                 self.sock = None
-
-    # -- requests --------------------------------------------------------------------------
 
     def request_bytes(self, method: str, path: str, body: bytes = b"") -> bytes:
         head = self._heads.get(path)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from qwen_npu.loadtest.backends import RequestOutput
-from qwen_npu.loadtest.dataset import DatasetConfig, RandomIdsDataset, vocab_size_from_tokenizer
+from qwen_npu.loadtest.dataset import DatasetConfig, load, vocab_size_from_tokenizer
 from qwen_npu.loadtest.metrics import calculate_metrics
 
 pytestmark = pytest.mark.sglang
@@ -52,9 +52,7 @@ def test_random_ids_match_sglang(
     )
     vocab = vocab_size_from_tokenizer(tokenizer_dir)
     assert vocab == hf_tokenizer.vocab_size
-    ours = RandomIdsDataset.from_config(
-        DatasetConfig(num, in_len, out_len, ratio, seed, vocab)
-    ).load()
+    ours = load(DatasetConfig(num, in_len, out_len, ratio, seed, vocab))
     assert len(ours) == len(theirs) == num
     for a, b in zip(ours, theirs, strict=True):
         assert a.prompt == b.prompt
@@ -108,7 +106,7 @@ def test_metrics_match_sglang_calculate_metrics() -> None:
     theirs, _ = sb.calculate_metrics(
         rows, theirs_out, duration, CountingTokenizer(), "sglang", accept_length=None
     )
-    ours = calculate_metrics(outs, duration).as_dict()
+    ours = calculate_metrics(outs, duration)
     assert ours["completed"] == theirs.completed
     assert ours["total_input_tokens"] == theirs.total_input
     assert ours["total_output_tokens"] == theirs.total_output

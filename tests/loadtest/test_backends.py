@@ -12,7 +12,6 @@ from qwen_npu.loadtest.backends import (
     GenerateBackend,
     OpenAIBackend,
     RequestOutput,
-    get_backend,
     scan_generate_chunk,
 )
 
@@ -87,8 +86,3 @@ def test_scan_matches_json_decoding_on_awkward_chunks() -> None:
         expected = (bool(chunk["text"]), meta.get("completion_tokens"), meta.get("spec_verify_ct"))
         assert scan_generate_chunk(data) == expected, data
     assert scan_generate_chunk(b'{"error":"boom"}') is None
-
-
-def test_unknown_api_names_the_choices() -> None:
-    with pytest.raises(ValueError, match="generate, openai"):
-        get_backend("grpc")

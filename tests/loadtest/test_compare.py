@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.loadtest.compare import CompareError
 from qwen_npu.loadtest.compare_stats import Spread, crossover, format_pair, pick, summarize, verdict
 from qwen_npu.loadtest.tune import Setting, bands, parse_settings, parse_urls, recommend
 from qwen_npu.sim.testing import running_sim
@@ -76,7 +75,7 @@ def test_tune_bands_and_overlays(tmp_path: Path) -> None:
     recs = [dict(r, compare_label=relabel[r["compare_label"]]) for r in _records()]
     summary = summarize(recs, ["3 steps", "off"])
     settings = [Setting.parse("3"), Setting.parse("off")]
-    got = [(b.lo, b.hi, b.setting.name) for b in bands(summary, settings)]
+    got = [(ps[0].conc, ps[-1].conc, s.name) for s, ps in bands(summary, settings)]
     assert got == [(1, 1, "3"), (8, 32, "off")]
     assert not pick(summary, 8).separated
     p = pick(summary, 32)
@@ -95,7 +94,7 @@ def test_tune_bands_and_overlays(tmp_path: Path) -> None:
     [("off", "two or more"), ("off 1 1", "twice"), ("off x", "not a setting")],
 )
 def test_bad_settings(text: str, word: str) -> None:
-    with pytest.raises(CompareError, match=word):
+    with pytest.raises(ValueError, match=word):
         parse_settings(text)
 
 
@@ -105,13 +104,13 @@ def test_urls_must_cover_every_setting() -> None:
         "off": "http://a:1",
         "3": "http://b:2",
     }
-    with pytest.raises(CompareError, match="no endpoint for setting"):
+    with pytest.raises(ValueError, match="no endpoint for setting"):
         parse_urls("off=http://a:1", settings)
 
 
 def _compare(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "qwen_npu.loadtest.compare", *args],
+        [sys.executable, "-m", "qwen_npu", "bench-compare", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -122,7 +121,7 @@ def _compare(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[st
 
 def _tune(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "qwen_npu.loadtest.tune", *args],
+        [sys.executable, "-m", "qwen_npu", "mtp-tune", *args],
         capture_output=True,
         text=True,
         timeout=120,

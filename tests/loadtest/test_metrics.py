@@ -25,20 +25,20 @@ def test_definitions_on_two_requests() -> None:
     a = _ok(0, 0.100, [0.010, 0.010, 0.010])  # 4 tokens, e2e 130 ms, tpot 10 ms
     b = _ok(1, 0.200, [0.020], prompt_len=30)  # 2 tokens, e2e 220 ms, tpot 20 ms
     m = calculate_metrics([a, b], duration_s=2.0)
-    assert m.completed == 2 and m.failed == 0
-    assert m.total_input == 40 and m.total_output == 6
-    assert m.request_throughput == pytest.approx(1.0)
-    assert m.input_throughput == pytest.approx(20.0)
-    assert m.output_throughput == pytest.approx(3.0)
-    assert m.total_throughput == pytest.approx(23.0)
-    assert m.ttft["mean"] == pytest.approx(150.0)
-    assert m.tpot["mean"] == pytest.approx(15.0)
+    assert m["completed"] == 2 and m["failed"] == 0
+    assert m["total_input_tokens"] == 40 and m["total_output_tokens"] == 6
+    assert m["request_throughput"] == pytest.approx(1.0)
+    assert m["input_throughput"] == pytest.approx(20.0)
+    assert m["output_throughput"] == pytest.approx(3.0)
+    assert m["total_throughput"] == pytest.approx(23.0)
+    assert m["mean_ttft_ms"] == pytest.approx(150.0)
+    assert m["mean_tpot_ms"] == pytest.approx(15.0)
     # ITL is token-weighted: three 10 ms gaps and one 20 ms gap.
-    assert m.itl["mean"] == pytest.approx(12.5)
-    assert m.itl["median"] == pytest.approx(10.0)
-    assert m.e2e_latency["mean"] == pytest.approx(175.0)
-    assert m.concurrency == pytest.approx((0.130 + 0.220) / 2.0)
-    assert m.max_itl_ms == pytest.approx(20.0)
+    assert m["mean_itl_ms"] == pytest.approx(12.5)
+    assert m["median_itl_ms"] == pytest.approx(10.0)
+    assert m["mean_e2e_latency_ms"] == pytest.approx(175.0)
+    assert m["concurrency"] == pytest.approx((0.130 + 0.220) / 2.0)
+    assert m["max_itl_ms"] == pytest.approx(20.0)
 
 
 def test_failures_are_counted_with_reasons_and_excluded() -> None:
@@ -48,20 +48,22 @@ def test_failures_are_counted_with_reasons_and_excluded() -> None:
         for i, reason in enumerate(["HTTP 500", "HTTP 500", "connection error"], start=1)
     ]
     m = calculate_metrics([good, *bad], duration_s=1.0)
-    assert m.completed == 1 and m.failed == 3
-    assert m.errors == {"HTTP 500": 2, "connection error": 1}
-    assert m.total_input == 10
-    assert m.ttft["mean"] == pytest.approx(50.0)
+    assert m["completed"] == 1 and m["failed"] == 3
+    assert m["errors"] == {"HTTP 500": 2, "connection error": 1}
+    assert m["total_input_tokens"] == 10
+    assert m["mean_ttft_ms"] == pytest.approx(50.0)
 
 
 def test_single_token_requests_have_no_tpot_and_all_failed_gives_zeros() -> None:
     one = _ok(0, 0.05, [])
     m = calculate_metrics([one], duration_s=1.0)
-    assert m.tpot["mean"] == 0.0 and m.itl["p99"] == 0.0
+    assert m["mean_tpot_ms"] == 0.0 and m["p99_itl_ms"] == 0.0
     none = calculate_metrics(
         [RequestOutput(index=0, success=False, error="timeout")], duration_s=1.0
     )
-    assert none.completed == 0 and none.output_throughput == 0.0 and none.ttft["mean"] == 0.0
+    assert (
+        none["completed"] == 0 and none["output_throughput"] == 0.0 and none["mean_ttft_ms"] == 0.0
+    )
 
 
 def test_bad_duration_is_rejected() -> None:

@@ -11,15 +11,11 @@ import pytest
 
 from qwen_npu.loadtest.backends import RequestOutput
 from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
+from qwen_npu.loadtest.config import BenchConfig
+from qwen_npu.loadtest.dataset import DatasetConfig
 from qwen_npu.loadtest.metrics import calculate_metrics
 from qwen_npu.loadtest.plots import write_html, write_png
-from qwen_npu.loadtest.report import (
-    RunInfo,
-    append_jsonl,
-    build_record,
-    format_table,
-    read_jsonl,
-)
+from qwen_npu.loadtest.report import append_jsonl, build_record, format_table, read_jsonl
 
 # Keys sglang.benchmark.serving 0.5.23 writes to --output-file (without goodput / cache extras).
 UPSTREAM_KEYS = {
@@ -70,8 +66,9 @@ def _record(conc: int, failed: int = 0, scale: float = 1.0) -> dict[str, Any]:
         for i in range(4)
     ] + [RequestOutput(index=9, success=False, error="HTTP 503") for _ in range(failed)]
     m = calculate_metrics(outs, duration_s=2.0 * scale)
-    info = RunInfo("http://127.0.0.1:1", "generate", conc, 4 + failed, 8, 3, 1.0, 42, 997)
-    return build_record(info, m, accept_length=2.5)
+    data = DatasetConfig(num_prompts=4 + failed, input_len=8, output_len=3, vocab_size=997)
+    config = BenchConfig(target="http://127.0.0.1:1", concurrency=conc, data=data)
+    return build_record(config, m, accept_length=2.5)
 
 
 def test_record_has_upstream_keys_and_ours(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ Client and servers share this machine's cores (other work included): the report 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -50,11 +51,6 @@ def ours(
     return dict(json.loads(out.read_text().splitlines()[-1]))
 
 
-def ours_requests(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any]:
-    """The bench with its previous client: requests/urllib3 streaming, no pre-warmed connections."""
-    return ours(url, conc, num, tok, out, client="requests")
-
-
 def sglang(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "tests" / "stubs"))
     cmd = [sys.executable, "-W", "ignore", "-m", "sglang.benchmark.serving", "--backend", "sglang",
@@ -67,14 +63,10 @@ def sglang(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any
     return dict(json.loads(out.read_text().splitlines()[-1]))
 
 
-def err(value: float, truth: float, pct: bool = False) -> str:
-    if pct:
-        return f"{value:.1f} ({(value - truth) / truth * 100:+.1f}%)"
-    return f"{value:.2f} ({value - truth:+.2f})"
-
-
-def _median(values: list[float]) -> float:
-    return float(statistics.median(values))
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _truth_log(url: str) -> list[dict[str, Any]]:
@@ -110,6 +102,7 @@ def tool_verdict(
     return better, worse
 
 
+# The bench with its previous client: requests/urllib3 streaming, no pre-warmed connections.
 REQUESTS_CLIENT = "qwen-npu bench, previous client"
 
 
@@ -122,7 +115,7 @@ def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True)
     ]
     tools: list[tuple[str, Any]] = [("qwen-npu bench", ours), ("sglang.benchmark.serving", sglang)]
     if with_requests_client:
-        tools.append((REQUESTS_CLIENT, ours_requests))
+        tools.append((REQUESTS_CLIENT, functools.partial(ours, client="requests")))
     verdicts: list[str] = []
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
@@ -141,10 +134,9 @@ def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True)
                 order = tools if rep % 2 == 0 else tools[::-1]
                 for name, fn in order:
                     _truth_log(url)
-                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    before = _children_cpu_s()
                     rec = fn(url, conc, num, tok, tmp / f"{name[:6]}-{conc}-{rep}.jsonl")
-                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                    cpu = _children_cpu_s() - before
                     cpus[name].append(
                         (cpu - startup.get(name, 0.0)) / max(rec["total_output_tokens"], 1)
                     )
@@ -157,10 +149,10 @@ def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True)
                 for key in ERROR_KEYS:
                     sp = Spread.of([e[key] for e in errs[name]])
                     cells.append(f"{sp.median:+.2f} ({sp.lo:+.2f}..{sp.hi:+.2f})")
-                cpu_cell = f"{_median(cpus[name]) * 1e6:.0f}" if name in startup else "-"
+                cpu_cell = f"{statistics.median(cpus[name]) * 1e6:.0f}" if name in startup else "-"
                 rows.append(
                     f"| {conc} | {name} | {' | '.join(cells)} | "
-                    f"{_median(servers[name]):.2f} | {cpu_cell} |"
+                    f"{statistics.median(servers[name]):.2f} | {cpu_cell} |"
                 )
                 print(rows[-1], flush=True)
             better, worse = tool_verdict(errs[tools[0][0]], errs[tools[1][0]])
@@ -179,10 +171,9 @@ def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True)
 
 
 def _cpu_of(cmd: list[str]) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = _children_cpu_s()
     subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, timeout=120)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return _children_cpu_s() - before
 
 
 def capacity(tok: Path, tmp: Path) -> list[str]:
@@ -197,11 +188,9 @@ def capacity(tok: Path, tmp: Path) -> list[str]:
         for workers in (0, 2):
             ref: dict[str, float] = {}
             for conc in (32, 64, 128, 256, 512):
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                before = _children_cpu_s()
                 r = ours(url, conc, conc * 3, tok, tmp / f"cap-{workers}-{conc}.jsonl", workers)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-                cpu -= startup * (1 + workers)
+                cpu = _children_cpu_s() - before - startup * (1 + workers)
                 per_token_us = cpu / max(r["total_output_tokens"], 1) * 1e6
                 # Per-token gaps carry the simulator's ~1 ms timer grid even when idle, so the
                 # ITL percentiles are compared with the lowest concurrency's, TPOT with the truth.
@@ -211,7 +200,8 @@ def capacity(tok: Path, tmp: Path) -> list[str]:
                 )
                 rows.append(
                     f"| {workers} | {conc} | {r['output_throughput']:.0f} | "
-                    f"{err(r['mean_tpot_ms'], ITL)} | {r['median_itl_ms']:.2f} | "
+                    f"{r['mean_tpot_ms']:.2f} ({r['mean_tpot_ms'] - ITL:+.2f}) | "
+                    f"{r['median_itl_ms']:.2f} | "
                     f"{r['p90_itl_ms']:.2f} | {r['p99_itl_ms']:.1f} | {r['mean_ttft_ms']:.1f} | "
                     f"{per_token_us:.0f} | {'yes' if ok else 'no'} |"
                 )

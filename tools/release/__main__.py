@@ -21,6 +21,9 @@ from tools.release import ReleaseError, bundle, common, model, publish, signing
 from tools.release.common import log
 from tools.release.registry import Registry, Target
 
+# Where the nodes keep the site's public keyring (policy.json's keyPath).
+NODE_KEYRING = Path("/etc/containers/keys/qwen-npu-site.gpg")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -47,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument(
         "--node-keyring",
         type=Path,
-        default=common.NODE_KEYRING,
+        default=NODE_KEYRING,
         help="where nodes keep the public keyring (policy.json's keyPath)",
     )
 
@@ -63,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--keyring", type=Path, required=True)
     load.add_argument("--out", type=Path, default=Path("out/bundle-load"))
     load.add_argument("--overwrite", action="store_true")
-    load.add_argument("--node-keyring", type=Path, default=common.NODE_KEYRING)
+    load.add_argument("--node-keyring", type=Path, default=NODE_KEYRING)
 
     pull = verbs.add_parser("chart-pull", help="helm pull from oci:// and verify the provenance")
     pull.add_argument("--registry", required=True)
@@ -110,43 +113,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "release":
             key = signing.SigningKey.find(args.key, None, args.passphrase_file)
             specs = [publish.ImageSpec.parse(text) for text in args.image]
+            target = Target.parse(args.registry)
             result = publish.release(
-                Target.parse(args.registry),
-                specs,
-                key,
-                args.out,
-                overwrite=args.overwrite,
-                node_keyring=args.node_keyring,
+                target, specs, key, args.out, args.overwrite, args.node_keyring
             )
         elif args.verb == "bundle":
-            result = {
-                "tarball": str(
-                    bundle.bundle(args.record, args.bundle, args.keyring, args.site_registry)
-                )
-            }
+            tarball = bundle.bundle(args.record, args.bundle, args.keyring, args.site_registry)
+            result = {"tarball": str(tarball)}
         elif args.verb == "bundle-load":
+            target, out = Target.parse(args.registry), args.out
             result = bundle.bundle_load(
-                args.bundle,
-                Target.parse(args.registry),
-                args.keyring,
-                args.out,
-                overwrite=args.overwrite,
-                node_keyring=args.node_keyring,
+                args.bundle, target, args.keyring, out, args.overwrite, args.node_keyring
             )
         elif args.verb == "chart-pull":
             target = Target.parse(args.registry)
-            registry = Registry.from_env(target.host)
             args.out.mkdir(parents=True, exist_ok=True)
+            registry = Registry.from_env(target.host)
             checked = common.pull_and_verify(target, registry, args.version, args.keyring, args.out)
             result = {k: str(v) for k, v in checked.items()}
         elif args.verb == "model-image":
-            result = model.model_image(
-                args.model_dir,
-                args.ref,
-                args.out,
-                path_in_image=args.path,
-                preflight_args=shlex.split(args.preflight_args),
-            )
+            flags = shlex.split(args.preflight_args)
+            result = model.model_image(args.model_dir, args.ref, args.out, args.path, flags)
         else:
             result = model.model_pull(args.ref, args.dest)
     except ReleaseError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.release import ReleaseError, chart, oci, signing
-from tools.release.common import NODE_KEYRING, Publisher, log, pull_and_verify
+from tools.release.common import Publisher, log, pull_and_verify
 from tools.release.oci import sha256_file
 from tools.release.registry import Registry, Target
 
@@ -195,9 +195,8 @@ def bundle_load(
     target: Target,
     keyring: Path,
     out: Path,
-    *,
-    overwrite: bool = False,
-    node_keyring: Path = NODE_KEYRING,
+    overwrite: bool,
+    node_keyring: Path,
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     dest = source
@@ -278,16 +277,8 @@ def bundle_load(
         raise publisher.guard(exc) from None
     (out / "values-site.yaml").write_text(site_values(record, str(target)))
     shutil.copy2(keyring, out / "site.gpg")
-    signing.write_json(
-        out / "policy.json",
-        signing.policy(
-            {str(target): signing.remap_identity(str(target), str(released))}, node_keyring
-        ),
-    )
-    (out / "registries.d").mkdir(exist_ok=True)
-    (out / "registries.d" / "qwen-npu.yaml").write_text(
-        signing.registries_d(str(target), f"file://{sigstore.resolve()}")
-    )
+    lookaside = f"file://{sigstore.resolve()}"
+    signing.write_node_files(out, str(target), lookaside, node_keyring, site_of=str(released))
     result = {
         "registry": str(target),
         "images": loaded,

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import yaml
 
 from tools.paths import CHART_DIR
@@ -28,15 +29,6 @@ from tools.versions import read_versions
 PROV_MEDIA_TYPE = "application/vnd.cncf.helm.chart.provenance.v1.prov"
 CHART_REPO = "charts"
 _LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<rest>.*)$")
-
-
-def _helm() -> Any:
-    """helm_python, imported when first needed (its Go runtime is loaded with it; the command line
-    put the registry's CA into SSL_CERT_FILE before the process started: __main__._go_trust)."""
-    # lazy: an extra's (pyproject.toml); the base install goes without
-    import helm_python
-
-    return helm_python
 
 
 def pin_values(text: str, pins: Mapping[str, tuple[str, str, str]]) -> str:
@@ -82,7 +74,6 @@ def package(
     shutil.copytree(CHART_DIR, staged)
     values = staged / "values.yaml"
     values.write_text(pin_values(values.read_text(), pins))
-    helm = _helm()
     chart = helm.Chart.load(str(staged))
     try:
         chart.validate_schema(chart.values)
@@ -99,7 +90,6 @@ def package(
 
 
 def sign(archive: Path, uid: str, secret_keyring: Path, passphrase_file: str | None) -> Path:
-    helm = _helm()
     try:
         prov = helm.sign(
             str(archive), key=uid, keyring=str(secret_keyring), passphrase_file=passphrase_file
@@ -111,7 +101,6 @@ def sign(archive: Path, uid: str, secret_keyring: Path, passphrase_file: str | N
 
 def verify(archive: Path, keyring: Path, prov: Path | None = None) -> dict[str, Any]:
     """Helm's provenance check: the .prov's signature by a key of `keyring`, the archive's hash."""
-    helm = _helm()
     prov = prov or archive.with_name(archive.name + ".prov")
     if not prov.is_file():
         raise ReleaseError(
@@ -129,12 +118,11 @@ def verify(archive: Path, keyring: Path, prov: Path | None = None) -> dict[str, 
 
 def _client(registry: Registry, work: Path) -> Any:
     """Helm's registry client with the run's auth file (the same file skopeo reads)."""
-    return _helm().RegistryClient(credentials_file=registry.auth_file or work / "helm-auth.json")
+    return helm.RegistryClient(credentials_file=registry.auth_file or work / "helm-auth.json")
 
 
 def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
     """helm push (the .prov beside the archive goes too); returns the chart manifest's digest."""
-    helm = _helm()
     with _client(registry, work) as client:
         try:
             client.push(str(archive), f"oci://{target.ref(CHART_REPO)}")
@@ -149,7 +137,6 @@ def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
 
 def pull(target: Target, registry: Registry, version: str, dest: Path, work: Path) -> Path:
     """helm pull oci://.../charts/qwen-npu, plus its provenance layer; returns the archive."""
-    helm = _helm()
     dest.mkdir(parents=True, exist_ok=True)
     with _client(registry, work) as client:
         try:
@@ -170,7 +157,6 @@ def pull(target: Target, registry: Registry, version: str, dest: Path, work: Pat
 
 def render_images(archive: Path, values: dict[str, Any] | None = None) -> set[str]:
     """Every `image:` the chart renders from a packaged archive (with `values` overlaid)."""
-    helm = _helm()
     chart = helm.Chart.load_archive(archive.read_bytes())
     manifests = chart.render(values or {}, name="qwen-npu", namespace="llm")
     found = set()

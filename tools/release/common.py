@@ -4,20 +4,14 @@ tags on failure, the chart's pull-and-verify and the source record."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qwen_npu.log import PartLog
-from tools.paths import REPO
 from tools.release import ReleaseError, chart
 from tools.release.oci import sha256_file
 from tools.release.registry import Registry, Target
-
-IMAGES = ("engine", "sidecar")
-# Where the nodes keep the site's public keyring (policy.json's keyPath).
-NODE_KEYRING = Path("/etc/containers/keys/qwen-npu-site.gpg")
 
 CHART = f"{chart.CHART_REPO}/qwen-npu"  # the chart's repository under the namespace
 
@@ -96,11 +90,3 @@ def pull_and_verify(
     archive = chart.pull(target, registry, version, dest, work)
     result = chart.verify(archive, keyring)
     return {"archive": archive, "archive_sha256": sha256_file(archive), **result}
-
-
-def source_record() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-        return proc.stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}

@@ -20,7 +20,7 @@ BIG_FILE = 256 << 20
 
 
 def model_image(
-    model_dir: Path, ref: str, out: Path, *, path_in_image: str | None, preflight_args: list[str]
+    model_dir: Path, ref: str, out: Path, path_in_image: str | None, preflight_args: list[str]
 ) -> dict[str, Any]:
     """Preflight, then the checkpoint as an OCI image (uncompressed layers: weights do not
     compress), pushed to `ref`; a file manifest with every file's sha256 rides inside."""

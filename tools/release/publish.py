@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,18 +19,21 @@ from typing import Any
 
 import yaml
 
-from tools.paths import CHART_DIR
+from tools.paths import CHART_DIR, REPO
 from tools.release import ReleaseError, chart, oci, sbom, signing
-from tools.release.common import (
-    IMAGES,
-    NODE_KEYRING,
-    Publisher,
-    log,
-    pull_and_verify,
-    source_record,
-)
+from tools.release.common import Publisher, log, pull_and_verify
 from tools.release.oci import sha256_file
 from tools.release.registry import Registry, Target
+
+IMAGES = ("engine", "sidecar")
+
+
+def source_record() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return proc.stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 @dataclass(frozen=True)
@@ -72,18 +76,8 @@ def local_layout(spec: ImageSpec, cache: Path) -> oci.Image:
         for old in layout.glob("source-*"):
             old.unlink()
         log("info", "image_convert", image=spec.name, source=spec.source, to=f"oci:{layout}")
-        signing.run(
-            [
-                "skopeo",
-                "copy",
-                "--quiet",
-                "--format",
-                "oci",
-                spec.source,
-                f"oci:{layout}:{spec.name}",
-            ],
-            what=f"copying {spec.source} into an OCI layout",
-        )
+        argv = ["skopeo", "copy", "--quiet", "--format", "oci", spec.source]
+        signing.run([*argv, f"oci:{layout}:{spec.name}"], what=f"copying {spec.source} to OCI")
         image = oci.read_layout(layout, spec.name)
         keep = {b.digest.removeprefix("sha256:") for b in image.blobs()}
         keep.add(image.digest.removeprefix("sha256:"))
@@ -99,9 +93,8 @@ def release(
     specs: list[ImageSpec],
     key: signing.SigningKey,
     out: Path,
-    *,
-    overwrite: bool = False,
-    node_keyring: Path = NODE_KEYRING,
+    overwrite: bool,
+    node_keyring: Path,
 ) -> dict[str, Any]:
     registry = Registry.from_env(target.host)
     version = str(yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())["version"])
@@ -139,6 +132,7 @@ def release(
         bom_path = rel / "sbom" / f"{spec.name}.cdx.json"
         signing.write_json(bom_path, bom)
         labels = image.config().get("config", {}).get("Labels") or {}
+        purls = [c["purl"] for c in bom["components"]]
         images[spec.name] = {
             "reference": f"{target.ref(spec.name)}:{spec.tag}@{digest}",
             "repository": target.ref(spec.name),
@@ -152,12 +146,8 @@ def release(
             "sbom": {
                 "path": str(bom_path.relative_to(rel)),
                 "sha256": sha256_file(bom_path),
-                "debian_packages": sum(
-                    1 for c in bom["components"] if c["purl"].startswith("pkg:deb")
-                ),
-                "python_packages": sum(
-                    1 for c in bom["components"] if c["purl"].startswith("pkg:pypi")
-                ),
+                "debian_packages": sum(p.startswith("pkg:deb") for p in purls),
+                "python_packages": sum(p.startswith("pkg:pypi") for p in purls),
             },
             "push_seconds": round(time.monotonic() - started, 1),
         }
@@ -189,14 +179,8 @@ def release(
                 )
     except ReleaseError as exc:
         raise publisher.guard(exc) from None
-    signing.write_json(
-        rel / "policy.json",
-        signing.policy({str(target): None}, node_keyring),
-    )
-    (rel / "registries.d").mkdir()
-    (rel / "registries.d" / "qwen-npu.yaml").write_text(
-        signing.registries_d(str(target), "https://REPLACE-ME.site.example/sigstore")
-    )
+    lookaside = "https://REPLACE-ME.site.example/sigstore"
+    signing.write_node_files(rel, str(target), lookaside, node_keyring)
     record: dict[str, Any] = {
         "version": version,
         "registry": str(target),

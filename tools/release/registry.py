@@ -108,7 +108,10 @@ class Registry:
 
     def _skopeo(self, *args: str, absent_ok: bool = False) -> bytes | None:
         """Run skopeo; its failure as one line (None when `absent_ok` and the thing is absent)."""
-        proc = subprocess.run(["skopeo", *args], capture_output=True, check=False, timeout=3600)
+        try:
+            proc = subprocess.run(["skopeo", *args], capture_output=True, timeout=3600)
+        except FileNotFoundError:
+            raise ReleaseError("skopeo is not installed; run `make tools-release`") from None
         if proc.returncode == 0:
             return proc.stdout
         lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"]

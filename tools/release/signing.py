@@ -1,15 +1,10 @@
-"""Signatures with the site's GnuPG key: images (containers' "simple signing", the format podman,
-skopeo and CRI-O verify through policy.json) and the chart (Helm provenance, `.prov`).
+"""Signatures with the site's GnuPG key: images (containers' "simple signing", which podman,
+skopeo and CRI-O check through policy.json), the chart (Helm provenance) and the release record.
 
-Why GnuPG for both: one key the site owns signs everything it pulls; Helm's provenance is OpenPGP
-and containers' simple signing is OpenPGP, so rotating the key is one procedure
-(docs/images.md "Rotating the signing key").
-
-Image signatures live beside the registry, in a "lookaside" tree
-`<root>/<repository path>@sha256=<hex>/signature-1` (containers/image's layout): a web server or a
-shared directory serves it, and registries.d tells podman/CRI-O where (registries_d()).
-skopeo's standalone-sign / standalone-verify do the OpenPGP work, so the code that checks a
-signature here is the code a node runs.
+Why GnuPG for all: one key the site owns signs everything it pulls, so rotating it is one
+procedure (docs/images.md). skopeo's standalone-sign / standalone-verify do the image signatures,
+so the check here is the one a node runs; they live in containers/image's lookaside tree, which
+registries.d points the nodes at.
 """
 
 from __future__ import annotations
@@ -78,13 +73,8 @@ class SigningKey:
 
     def export_public(self, path: Path) -> None:
         """The binary public keyring (what policy.json's keyPath and Helm's --keyring read)."""
-        data = subprocess.run(
-            ["gpg", "--batch", "--export", self.fingerprint],
-            capture_output=True,
-            env=self.env(),
-            check=True,
-        ).stdout
-        path.write_bytes(data)
+        argv = ["gpg", "--batch", "--yes", "--output", str(path), "--export", self.fingerprint]
+        run(argv, what=f"exporting SIGNING_KEY={self.fingerprint}", env=self.env())
 
     def export_secret(self, path: Path) -> None:
         """A legacy secret keyring for Helm's signer (written under a private work dir)."""
@@ -206,35 +196,31 @@ def lookaside_path(root: Path, repo: str, digest: str) -> Path:
     return root / f"{repo}@{digest.replace(':', '=')}" / "signature-1"
 
 
-def policy(scopes: dict[str, dict[str, Any] | None], keyring: Path) -> dict[str, Any]:
-    """A policy.json: reject by default; images under each scope need a signature by `keyring`.
+def write_node_files(
+    out: Path, scope: str, lookaside: str, keyring: Path, site_of: str | None = None
+) -> None:
+    """What the nodes install: policy.json (reject by default; images under `scope` need a
+    signature by `keyring`; `site_of`: a site mirror of that release registry, whose names are
+    accepted for the signatures made for the release's) and registries.d (where they are read)."""
+    requirement: dict[str, Any] = {
+        "type": "signedBy",
+        "keyType": "GPGKeys",
+        "keyPath": str(keyring),
+    }
+    if site_of:
+        remap = {"type": "remapIdentity", "prefix": scope, "signedPrefix": site_of}
+        requirement["signedIdentity"] = remap
+    docker = {scope: [requirement]}
+    write_json(
+        out / "policy.json", {"default": [{"type": "reject"}], "transports": {"docker": docker}}
+    )
+    (out / "registries.d").mkdir(exist_ok=True)
+    (out / "registries.d" / "qwen-npu.yaml").write_text(registries_d(scope, lookaside))
 
-    `scopes` maps a registry/namespace scope to its signedIdentity (None: the reference itself);
-    a site mirror maps its names back to the release's with remapIdentity.
-    """
-    docker: dict[str, Any] = {}
-    for scope, identity in scopes.items():
-        requirement: dict[str, Any] = {
-            "type": "signedBy",
-            "keyType": "GPGKeys",
-            "keyPath": str(keyring),
-        }
-        if identity:
-            requirement["signedIdentity"] = identity
-        docker[scope] = [requirement]
-    return {"default": [{"type": "reject"}], "transports": {"docker": docker}}
 
-
-def remap_identity(site: str, released: str) -> dict[str, str]:
-    return {"type": "remapIdentity", "prefix": site, "signedPrefix": released}
-
-
-def registries_d(scope: str, lookaside: str, *, staging: str | None = None) -> str:
-    """A registries.d file: where signatures of images under `scope` are read (and written)."""
-    lines = ["docker:", f"  {scope}:", f"    lookaside: {lookaside}"]
-    if staging:
-        lines.append(f"    lookaside-staging: {staging}")
-    return "\n".join(lines) + "\n"
+def registries_d(scope: str, lookaside: str) -> str:
+    """A registries.d file: where signatures of images under `scope` are read."""
+    return f"docker:\n  {scope}:\n    lookaside: {lookaside}\n"
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -1,11 +1,6 @@
-"""qwen-npu: serve ModelSlim-quantized Qwen3.5/3.6 with MTP on SGLang on Ascend 910.
-
-One CLI, ``qwen-npu <verb>`` (cli.py, the verbs' one list). The parts and what each holds are
-listed once, in docs/architecture.md ("The house").
-
-``__version__`` is the installed distribution's (its one home is docker/versions.env, which the
-build reads); read lazily, so the engine's start-up hook does not pay for the metadata scan.
-"""
+"""qwen-npu: serve ModelSlim-quantized Qwen3.5/3.6 with MTP on SGLang on Ascend 910 (the parts:
+docs/architecture.md). ``__version__`` is the installed distribution's, read lazily so that the
+engine's start-up hook does not pay for the metadata scan."""
 
 from importlib import metadata
 

@@ -1,13 +1,6 @@
-"""The port numbers, once, and whether a server can listen on (host, port) before uvicorn starts.
-
-The numbers: SGLang's HTTP port (the engine, and the simulator standing in for it; the router's
-in front of them) and the sidecar's. Every default in the package reads them from here; the chart
-keeps its own values (its values.yaml is the deployment's source).
-
-Why ``cannot_listen`` exists: uvicorn runs the app's startup (our "ready" log, the sidecar's start
-line) before it binds, and on a port in use it exits the process with code 3 after several log
-lines. The sim and the sidecar ask here first, so a busy port is one line naming the port and the
-fix.
+"""The port numbers, once (the chart keeps its own values), and ``cannot_listen``: uvicorn runs the
+app's startup before it binds and exits 3 after several lines on a busy port, so the sim and the
+sidecar ask here first and say it in one line naming the port and the fix.
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ LOCAL_ENGINE_URL: Final = f"http://127.0.0.1:{ENGINE_PORT}"
 
 
 def cannot_listen(host: str, port: int) -> str | None:
-    """None when (host, port) can be bound now (SO_REUSEADDR, as uvicorn binds), else the reason."""
+    """None when (host, port) can be bound now (as uvicorn binds), else the reason."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:

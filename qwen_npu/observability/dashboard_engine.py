@@ -1,9 +1,6 @@
-"""The "Qwen NPU / Engine internals" dashboard: why an engine is (not) healthy.
-
-Engine health history as the sidecar sees it, the runtime patches' states, the mamba scatter's UB
-plan (what the engine computed against what config.json predicts, and the headroom left in the
-unified buffer), and the NPU exporter's chip metrics for the pods of the release (the ``pod``
-variable lists the pods that run a qwen-npu sidecar; the exporter calls the same pod ``pod_name``).
+"""The "Qwen NPU / Engine internals" dashboard: why an engine is (not) healthy: its health
+history, the patches' states, the scatter's UB plan, and the NPU chips of the release's pods (the
+``pod`` variable lists the pods with a sidecar; the NPU exporter calls the same pod ``pod_name``).
 """
 
 from __future__ import annotations

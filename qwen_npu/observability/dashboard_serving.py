@@ -1,9 +1,5 @@
-"""The "Qwen NPU / Serving" dashboard: what users feel, per engine instance and model.
-
-Traffic and errors, the latency quantiles SGLang exports (TTFT, TPOT, ITL, E2E, queue time),
-load and cache usage, throughput, speculative acceptance and the canary. Panels that an alert
-watches draw the alert's threshold and link to its runbook section.
-"""
+"""The "Qwen NPU / Serving" dashboard: what users feel, per engine instance and model (traffic,
+latency, load, speculative decoding, the canary, the router)."""
 
 from __future__ import annotations
 
@@ -299,12 +295,8 @@ def build(cfg: Config = DEFAULT) -> Board:
 
 
 def _mtp_payoff(b: Board) -> None:
-    """Is MTP paying off: what a verify step keeps of what it checks, and what it costs.
-
-    A verify step checks the draft tokens of every running request and keeps the accepted ones
-    plus one; it costs more than a plain decode step, and the more so the larger the batch. MTP
-    pays while tokens per verify step exceed (verify step time / plain decode step time).
-    """
+    """Is MTP paying off: a verify step keeps the accepted drafts plus one of what it checks, and
+    costs more than a plain decode step (the more so the larger the batch)."""
     accepted = f"max by ({BY}) ({SPEC_ACCEPT_LENGTH.record}{{{ENGINE}}})"
     tpot = (
         f"{_rate('sglang:request_time_per_output_token_seconds_sum')} / "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ def tokens(text: str) -> list[str]:
 
 
 def degeneration_score(toks: list[str], n: int = NGRAM) -> float:
-    """Share of repeated n-grams: 0.0 when all distinct (or too short), near 1.0 for one loop."""
+    """Share of repeated n-grams, 1 - distinct / total: 0.0 for varied text, near 1.0 for a loop."""
     grams = [tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)]
     if not grams:
         return 0.0
@@ -42,7 +43,8 @@ def degeneration_score(toks: list[str], n: int = NGRAM) -> float:
 
 
 def longest_repeat(toks: list[str], max_period: int = MAX_PERIOD) -> int:
-    """Length of the longest stretch made of one unit (1..max_period tokens) repeated >= twice."""
+    """The longest stretch of one unit (1..max_period tokens) repeated back to back, ``"a b a b a
+    b"`` -> 6."""
     best = 0
     for period in range(1, max_period + 1):
         run = 0
@@ -58,12 +60,7 @@ def longest_repeat(toks: list[str], max_period: int = MAX_PERIOD) -> int:
 
 def golden_prefix_chars(output: str, golden: str) -> int:
     """How many characters of the output match the golden output from the start."""
-    match = 0
-    for a, b in zip(output, golden, strict=False):
-        if a != b:
-            break
-        match += 1
-    return match
+    return len(os.path.commonprefix([output, golden]))  # noqa: RUF071 (characters, not paths)
 
 
 def golden_prefix_ratio(output: str, golden: str) -> float:
@@ -82,7 +79,6 @@ class CanaryScore:
     golden_prefix_chars: int | None = None
 
     def result(self, degeneration_max: float, golden_min_ratio: float) -> str:
-        """``degenerated``, ``golden_mismatch`` or ``ok`` (the label of canary_runs_total)."""
         if self.degeneration_score > degeneration_max:
             return "degenerated"
         if self.golden_prefix_ratio is not None and self.golden_prefix_ratio < golden_min_ratio:

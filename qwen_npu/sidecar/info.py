@@ -38,7 +38,6 @@ def _as_float(value: Any) -> float:
 def _states(
     entries: Any, names: tuple[str, ...], key: str, known: tuple[str, ...]
 ) -> dict[str, str]:
-    """name -> ``entry[key]`` for a state-file mapping; unknown for absent or unknown values."""
     out = dict.fromkeys(names, UNKNOWN)
     if isinstance(entries, dict):
         for name, entry in entries.items():
@@ -48,8 +47,6 @@ def _states(
 
 
 class InfoReader(EngineStep):
-    """``await reader()`` reads the state file, then ``/server_info``."""
-
     def __init__(self, *view: Any) -> None:
         super().__init__(*view)
         self.state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
@@ -62,7 +59,6 @@ class InfoReader(EngineStep):
             return
         await self.read_server_info()
 
-    # The reads.
     async def read_state_file(self) -> None:
         directory = self.settings.state_dir
         state = await asyncio.to_thread(read_state, directory) if directory else None
@@ -87,9 +83,7 @@ class InfoReader(EngineStep):
         except EngineError as exc:
             self.errors.count(exc, path)
 
-    # What the state file says.
     def patch_states(self) -> dict[str, str]:
-        """Every patch's state; unknown without a (readable) state file or for unknown states."""
         patches = self.state.get("patches") if self.state else None
         return _states(patches, PATCH_NAMES, "state", PATCH_STATES)
 
@@ -104,7 +98,6 @@ class InfoReader(EngineStep):
         return used
 
     def gdn_verdicts(self) -> dict[str, str]:
-        """Every GDN contract link's verdict; unknown for links the state file does not report."""
         links = self.state.get("gdn_contract") if self.state else None
         return _states(links, GDN_LINKS, "verdict", GDN_VERDICTS)
 
@@ -124,7 +117,6 @@ class InfoReader(EngineStep):
             return version[:64]
         return UNKNOWN
 
-    # What /server_info says.
     def spec_enabled(self) -> bool:
         return self.info is not None and self.info.get("speculative_algorithm") not in _SPEC_OFF
 
@@ -141,7 +133,6 @@ class InfoReader(EngineStep):
         return _as_float(self.info.get(key)) if self.spec_enabled() else 0.0
 
     def server_info_view(self) -> dict[str, Any]:
-        """The /status view of /server_info (empty before it answered)."""
         if self.info is None:
             return {}
         version = self.info.get("version")

@@ -230,22 +230,25 @@ def test_move_version_sets_the_versions_file(tmp_path: Path) -> None:
 def test_repin_refuses_in_ci_and_when_not_green(
     repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    links = _links()
-    green = report.TestFile("tests/patches/test_gdn_contract.py", passed=1)
+    green = report.TestFile(report.CONTRACT_TEST_FILE, passed=1)
     rows = report.patch_rows(_probe(), [], _green(), "9")
-    kwargs: dict[str, Any] = {"checkout": repo, "version": "9", "links": links,
-                              "sglang_dir": repo, "contract_tests": green,
-                              "pinned_file": repo / "nowhere.json"}  # fmt: skip
+
+    def repin_on(rows: list[report.PatchRow], contract: report.TestFile) -> int:
+        verdicts = report.Verdicts("9", "8", rows, _links(), contract)
+        return repin.repin(verdicts, repo, repo, repo / "nowhere.json")
+
     monkeypatch.setenv("CI", "true")
-    assert repin.repin(rows=rows, **kwargs) == 1
+    assert repin_on(rows, green) == 1
     assert "CI is set" in capsys.readouterr().err
     monkeypatch.delenv("CI")
     tests = _green()
     path = report.patch_test_file(PATCHES[0].module)
     tests[path] = report.TestFile(path, failed=[("t", "x.py:1: boom")])
-    failing = report.patch_rows(_probe(), [], tests, "9")
-    assert repin.repin(rows=failing, **kwargs) == 1
+    assert repin_on(report.patch_rows(_probe(), [], tests, "9"), green) == 1
     assert f"{PATCHES[0].name} (port)" in capsys.readouterr().err
+    red = report.TestFile(report.CONTRACT_TEST_FILE, failed=[("t", "x.py:1: boom")])
+    assert repin_on(rows, red) == 1
+    assert f"{report.CONTRACT_TEST_FILE} (1 of 1 FAIL)" in capsys.readouterr().err
 
 
 @pytest.mark.sglang
@@ -271,11 +274,8 @@ def test_repin_writes_the_pins_the_version_and_the_pinned_sources(
     assert [r.verdict for r in rows if r.name == name] == [report.REPIN]
     green = report.TestFile(report.CONTRACT_TEST_FILE, passed=1)
     pinned_file = tmp_path / "pinned.json"
-    code = repin.repin(
-        checkout=tmp_path, version="0.5.99", rows=rows, links=_links(),
-        sglang_dir=installed_sglang(), contract_tests=green, pinned_file=pinned_file,
-    )  # fmt: skip
-    assert code == 0
+    verdicts = report.Verdicts("0.5.99", "0.5.23", rows, _links(), green)
+    assert repin.repin(verdicts, tmp_path, installed_sglang(), pinned_file) == 0
     after = (tmp_path / module_file).read_text()
     assert pin.fingerprint not in after and f'"{"e" * 64}"' in after and '"extra",' in after
     assert len(after.splitlines()) == len(before.splitlines()) + 1  # one parameter line more

@@ -63,16 +63,7 @@ def move_version(checkout: Path, version: str) -> str:
     return VERSION_FILE
 
 
-def repin(
-    *,
-    checkout: Path,
-    version: str,
-    rows: Sequence[report.PatchRow],
-    links: Sequence[report.LinkRow],
-    sglang_dir: Path,
-    contract_tests: report.TestFile,
-    pinned_file: Path,
-) -> int:
+def repin(verdicts: report.Verdicts, checkout: Path, sglang_dir: Path, pinned_file: Path) -> int:
     """Write the new pins when the report allows it; 0 when written, 1 when refused."""
     if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
         print(
@@ -80,11 +71,12 @@ def repin(
             file=sys.stderr,
         )
         return 1
-    if not report.movable(rows, links) or not contract_tests.green:
+    version, rows, tests = verdicts.version, verdicts.rows, verdicts.contract_tests
+    if not verdicts.movable:
         why = [f"{r.name} ({r.verdict})" for r in rows if r.verdict == report.PORT]
-        why += [f"gdn_contract.{link.name} (fail)" for link in links if link.verdict == "fail"]
-        if not contract_tests.green:
-            why.append(f"{contract_tests.path} ({contract_tests.said})")
+        why += [f"gdn_contract.{k.name} (fail)" for k in verdicts.links if k.verdict == "fail"]
+        if not tests.green:
+            why.append(f"{tests.path} ({tests.said})")
         print(f"--repin: refused: not green on {version}: {', '.join(why)}", file=sys.stderr)
         return 1
     written = []

@@ -240,8 +240,20 @@ def next_step(rows: Sequence[PatchRow], links: Sequence[LinkRow], version: str, 
     return f"nothing: {version} is the pinned release and every patch applies unchanged"
 
 
-def movable(rows: Sequence[PatchRow], links: Sequence[LinkRow]) -> bool:
-    return all(r.verdict != PORT for r in rows) and all(link.verdict != "fail" for link in links)
+@dataclass(frozen=True)
+class Verdicts:
+    version: str
+    pinned: str
+    rows: Sequence[PatchRow]
+    links: Sequence[LinkRow]
+    contract_tests: TestFile
+
+    @property
+    def movable(self) -> bool:
+        """Whether ``--repin`` may move the pins: no port, no failing link, green contract tests."""
+        ports = [r for r in self.rows if r.verdict == PORT]
+        broken = [link for link in self.links if link.verdict == gdn_contract.FAIL]
+        return not ports and not broken and self.contract_tests.green
 
 
 def _table(head: str, rows: Iterable[Sequence[str]]) -> list[str]:
@@ -257,17 +269,11 @@ def _json(row: PatchRow | LinkRow, fields: str) -> dict[str, Any]:
 
 
 def render(
-    *,
-    version: str,
-    pinned: str,
-    origin: str,
-    probe: Mapping[str, Any],
-    rows: Sequence[PatchRow],
-    links: Sequence[LinkRow],
-    timings: Mapping[str, float],
-    contract_tests: TestFile,
+    verdicts: Verdicts, origin: str, probe: Mapping[str, Any], timings: Mapping[str, float]
 ) -> tuple[str, dict[str, Any]]:
     """The report as Markdown (what the terminal shows and report.md holds) and as JSON."""
+    version, pinned, rows, links = verdicts.version, verdicts.pinned, verdicts.rows, verdicts.links
+    contract_tests = verdicts.contract_tests
     steps = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     after = next_step(rows, links, version, pinned)
     out = [
@@ -314,7 +320,7 @@ def render(
             _json(r, "name verdict reason imports probe guard tests failures") for r in rows
         ],
         "gdn_contract": [{"link": k.name} | _json(k, "verdict evidence") for k in links],
-        "movable": movable(rows, links),
+        "movable": verdicts.movable,
         "next": after,
     }
     return "\n".join(out), data

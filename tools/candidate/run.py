@@ -256,30 +256,12 @@ def _check(args: argparse.Namespace, extra: list[Path], spec: tuple[str, str] | 
     rows = report.patch_rows(probe, changes, tests, version)
     links = report.link_rows(probe, changes)
     contract = tests.get(report.CONTRACT_TEST_FILE) or report.TestFile(report.CONTRACT_TEST_FILE)
-    text, data = report.render(
-        version=version,
-        pinned=pinned.version,
-        origin=origin,
-        probe=probe,
-        rows=rows,
-        links=links,
-        timings=TIMINGS,
-        contract_tests=contract,
-    )
+    verdicts = report.Verdicts(version, pinned.version, rows, links, contract)
+    text, data = report.render(verdicts, origin, probe, TIMINGS)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "report.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(data, indent=1) if args.json else text)
-    if not args.repin:
-        return 0
-    return repin.repin(
-        checkout=REPO,
-        version=version,
-        rows=rows,
-        links=links,
-        sglang_dir=sglang_dir,
-        contract_tests=contract,
-        pinned_file=sources.PINNED_FILE,
-    )
+    return repin.repin(verdicts, REPO, sglang_dir, sources.PINNED_FILE) if args.repin else 0
 
 
 def snapshot(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from qwen_npu.fetch.source import FetchError
 from qwen_npu.log import PartLog
 
 log = PartLog("fetch")
+POLL_SECONDS = 0.5  # between tries of a held lock
 
 
 def live_holder(path: Path, clock: Callable[[], float] = time.time) -> dict[str, Any] | None:
@@ -38,26 +40,18 @@ def live_holder(path: Path, clock: Callable[[], float] = time.time) -> dict[str,
     return holder if expires >= clock() else None
 
 
+@dataclass
 class Lease:
     """``with Lease(path, seconds).held(): ...`` holds the lock, renewing it every seconds/3."""
 
-    def __init__(
-        self,
-        path: Path,
-        seconds: float = 120.0,
-        wait_seconds: float = 6 * 3600.0,
-        poll_seconds: float = 0.5,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.path = path
-        self.seconds = seconds
-        self.wait_seconds = wait_seconds
-        self.poll_seconds = poll_seconds
-        self.clock = clock
-        self.token = uuid.uuid4().hex
-        self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self._stop = threading.Event()
-        self.lost = threading.Event()  # set when another fetch took the lock: stop writing
+    path: Path
+    seconds: float = 120.0
+    wait_seconds: float = 6 * 3600.0
+    clock: Callable[[], float] = time.time
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    _stop: threading.Event = field(default_factory=threading.Event)
+    lost: threading.Event = field(default_factory=threading.Event)  # another fetch took the lock
 
     def _body(self) -> bytes:
         expires = self.clock() + self.seconds
@@ -117,7 +111,7 @@ class Lease:
                     next="another fetch writes this DEST; this one reuses its result when done",
                 )
                 logged = time.monotonic()
-            time.sleep(self.poll_seconds)
+            time.sleep(POLL_SECONDS)
 
     def _renew(self) -> None:
         while not self._stop.wait(self.seconds / 3):

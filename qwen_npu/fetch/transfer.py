@@ -14,7 +14,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -123,19 +123,19 @@ class Hasher:
         return True  # SIZE_ONLY: the size was checked by the caller
 
 
+@dataclass
 class Progress:
     """Bytes, rate and ETA: logged every ``every`` seconds and kept in progress.json."""
 
-    def __init__(self, store: Store, revision: str, total: int, done: int, every: float) -> None:
-        self.store = store
-        self.revision = revision
-        self.total = total
-        self.done = done
-        self.every = every
-        self.started = time.monotonic()
-        self.moved = 0  # bytes moved by this run (the rate)
-        self.last = self.started
-        self.lock = threading.Lock()
+    store: Store
+    revision: str
+    total: int
+    done: int
+    every: float
+    moved: int = 0  # bytes moved by this run (the rate)
+    started: float = field(default_factory=time.monotonic)
+    last: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, n: int) -> None:
         with self.lock:

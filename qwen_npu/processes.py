@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, TypedDict, TypeVar, Unpack
 
 T = TypeVar("T")
 
@@ -167,25 +167,32 @@ def start(
             out.close()
 
 
+class StartOptions(TypedDict, total=False):
+    """What ``running`` hands on to ``start``."""
+
+    log: Path | None
+    env: Mapping[str, str] | None
+    replace_env: bool
+    cwd: Path | None
+    new_session: bool
+
+
 @contextlib.contextmanager
 def running(
     cmd: Sequence[str],
     *,
-    log: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    replace_env: bool = False,
-    cwd: Path | None = None,
-    new_session: bool = False,
     ready_url: str | None = None,
     ready: Callable[[], object] | None = None,
     what: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     grace_s: float = 10.0,
+    **options: Unpack[StartOptions],
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``cmd``, wait for ``ready_url`` to answer 200 and/or ``ready()``, yield, then stop it
     whatever happens (the wait's failure included)."""
     label = what or os.path.basename(str(cmd[0]))
-    proc = start(cmd, log=log, env=env, replace_env=replace_env, cwd=cwd, new_session=new_session)
+    log = options.get("log")
+    proc = start(cmd, **options)
     try:
         if ready_url is not None:
             wait_http(

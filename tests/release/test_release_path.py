@@ -23,7 +23,7 @@ import yaml
 from tests.release.conftest import PASSWORD, VERSION, Result, one_error_line, tiny_image
 from tools.paths import REPO
 from tools.release import bundle as bundle_verbs
-from tools.release import chart, common, oci, signing
+from tools.release import chart, oci, registry, signing
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 
@@ -389,7 +389,7 @@ def test_make_release_wires_the_stand_in_engine_tag(
 def test_rollback_untags_new_tags_and_restores_replaced_ones(
     registries: Any, tmp_path: Path
 ) -> None:
-    """What a failure after the first tag runs (common.Publisher): a tag this run created goes,
+    """What a failure after the first tag runs (registry.Publisher): a tag this run created goes,
     a tag it moved points back at what it pointed at before."""
     rel, _ = registries
     client = rel.client()
@@ -398,7 +398,7 @@ def test_rollback_untags_new_tags_and_restores_replaced_ones(
     for image in (old, new):
         image.push(client, "rollback/engine")
     client.tag("rollback/engine", old.digest, "moved")
-    publisher = common.Publisher(client)
+    publisher = registry.Publisher(client)
     publisher.tag("rollback/engine", "moved", new.digest)
     publisher.tag("rollback/engine", "created", new.digest)
     assert client.manifest_digest("rollback/engine", "created") == new.digest

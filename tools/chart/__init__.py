@@ -279,58 +279,42 @@ def volcano_podgroup(lws: dict[str, Any], group: int = 0) -> dict[str, Any] | No
 # --- validation -----------------------------------------------------------------------------------
 
 
-class _SchemaStore:
-    """kubernetes-validate's strict schemas, one compiled validator per (version, file).
-
-    Its schemas point into a 1.4 MB `_definitions.json` with `$ref`s; resolving them per document
-    costs ~30 ms. They are inlined once here (a definition that refers back to itself is left
-    open), so a validation takes a fraction of a millisecond.
-    """
-
-    def __init__(self) -> None:
-        self._root = importlib_resources.files("kubernetes_validate").joinpath(
-            "kubernetes-json-schema"
-        )
-        self._definitions: dict[str, dict[str, Any]] = {}
-        self._inlined: dict[tuple[str, str], Any] = {}
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
-
-    def _dir(self, version: str) -> Any:
-        return self._root.joinpath(f"v{version}.0-local-strict")
-
-    def _inline(self, version: str, node: Any, stack: tuple[str, ...] = ()) -> Any:
-        if isinstance(node, list):
-            return [self._inline(version, item, stack) for item in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str) and "#/$defs/" in ref:
-            name = ref.split("#/$defs/", 1)[1]
-            if name in stack:
-                return {}
-            key = (version, name)
-            if key not in self._inlined:
-                if version not in self._definitions:
-                    text = self._dir(version).joinpath("_definitions.json").read_text()
-                    self._definitions[version] = json.loads(text)["$defs"]
-                target = self._definitions[version][name]
-                self._inlined[key] = self._inline(version, target, (*stack, name))
-            return self._inlined[key]
-        return {k: self._inline(version, v, stack) for k, v in node.items()}
-
-    def validator(self, version: str, filename: str) -> jsonschema.protocols.Validator | None:
-        key = (version, filename)
-        if key not in self._validators:
-            path = self._dir(version).joinpath(filename)
-            if not path.is_file():
-                self._validators[key] = None
-            else:
-                schema = self._inline(version, json.loads(path.read_text()))
-                self._validators[key] = jsonschema.Draft202012Validator(schema)
-        return self._validators[key]
+# kubernetes-validate's strict schemas point into a 1.4 MB _definitions.json with $refs; resolving
+# them per document costs ~30 ms, so they are inlined once per (version, definition) (one that
+# refers back to itself is left open) and a validation takes a fraction of a millisecond.
+_K8S_SCHEMAS = importlib_resources.files("kubernetes_validate").joinpath("kubernetes-json-schema")
+_INLINED: dict[tuple[str, str], Any] = {}
 
 
-_STORE = _SchemaStore()
+@cache
+def _definitions(version: str) -> dict[str, Any]:
+    text = _K8S_SCHEMAS.joinpath(f"v{version}.0-local-strict", "_definitions.json").read_text()
+    return dict(json.loads(text)["$defs"])
+
+
+def _inline(version: str, node: Any, stack: tuple[str, ...] = ()) -> Any:
+    if isinstance(node, list):
+        return [_inline(version, item, stack) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and "#/$defs/" in ref:
+        name = ref.split("#/$defs/", 1)[1]
+        if name in stack:
+            return {}
+        if (version, name) not in _INLINED:
+            target = _definitions(version)[name]
+            _INLINED[(version, name)] = _inline(version, target, (*stack, name))
+        return _INLINED[(version, name)]
+    return {k: _inline(version, v, stack) for k, v in node.items()}
+
+
+@cache
+def _k8s_validator(version: str, filename: str) -> jsonschema.protocols.Validator | None:
+    path = _K8S_SCHEMAS.joinpath(f"v{version}.0-local-strict", filename)
+    if not path.is_file():
+        return None
+    return jsonschema.Draft202012Validator(_inline(version, json.loads(path.read_text())))
 
 
 def _kube_filename(doc: dict[str, Any]) -> str:
@@ -353,7 +337,7 @@ def _errors(validator: jsonschema.protocols.Validator, doc: Any, where: str) -> 
 
 def is_builtin(doc: dict[str, Any], version: str = KUBE_VERSIONS[-1]) -> bool:
     """Whether Kubernetes itself defines the object's kind (kubernetes-validate has a schema)."""
-    return _STORE.validator(version, _kube_filename(doc)) is not None
+    return _k8s_validator(version, _kube_filename(doc)) is not None
 
 
 def validate(doc: dict[str, Any], version: str) -> list[str]:
@@ -366,7 +350,7 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
     cr = CR_KINDS.get((doc["apiVersion"], doc["kind"]))
     if cr is not None:
         errors = _errors(_cr_validator(cr), doc, where)
-        pod = _STORE.validator(version, "podtemplatespec-v1.json")
+        pod = _k8s_validator(version, "podtemplatespec-v1.json")
         assert pod is not None
         for role, template in pod_templates(doc):
             errors += _errors(pod, template, f"{where} {role}Template")
@@ -374,7 +358,7 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
         if group is not None:
             errors += validate(group, version)
         return errors
-    validator = _STORE.validator(version, _kube_filename(doc))
+    validator = _k8s_validator(version, _kube_filename(doc))
     if validator is None:
         return [f"{where}: no schema for {doc['apiVersion']} {doc['kind']}"]
     return _errors(validator, doc, where)

@@ -82,15 +82,13 @@ class Scaler:
 def trigger_replicas(trigger: Trigger, value: float | None, current: int) -> int:
     """The replica count one trigger asks for (before stabilisation and limits)."""
     value = 0.0 if value is None or math.isnan(value) else value
-    if trigger.metric_type == "AverageValue":
-        ratio = value / (trigger.threshold * current) if trigger.threshold > 0 else math.inf
-        if abs(ratio - 1.0) <= TOLERANCE:
-            return current
-        return math.ceil(value / trigger.threshold) if trigger.threshold > 0 else current
-    ratio = value / trigger.threshold if trigger.threshold > 0 else math.inf
+    average = trigger.metric_type == "AverageValue"  # else "Value": the whole, not per replica
+    if trigger.threshold <= 0:
+        return current
+    ratio = value / (trigger.threshold * (current if average else 1))
     if abs(ratio - 1.0) <= TOLERANCE:
         return current
-    return math.ceil(current * ratio)
+    return math.ceil(value / trigger.threshold) if average else math.ceil(current * ratio)
 
 
 @dataclass

@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.release import ReleaseError, bundle, common, model, publish, signing
-from tools.release.common import log
+from tools.release import ReleaseError, bundle, chart, log, model, publish, signing
 from tools.release.registry import Registry, Target
 
 # Where the nodes keep the site's public keyring (policy.json's keyPath).
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             target = Target.parse(args.registry)
             args.out.mkdir(parents=True, exist_ok=True)
             registry = Registry.from_env(target.host)
-            checked = common.pull_and_verify(target, registry, args.version, args.keyring, args.out)
+            checked = chart.pull(target, registry, args.version, args.keyring, args.out)
             result = {k: str(v) for k, v in checked.items()}
         elif args.verb == "model-image":
             flags = shlex.split(args.preflight_args)

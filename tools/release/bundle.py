@@ -10,10 +10,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from tools.release import ReleaseError, chart, oci, signing
-from tools.release.common import Publisher, log, pull_and_verify
+from tools.release import ReleaseError, chart, log, oci, signing
 from tools.release.oci import sha256_file
-from tools.release.registry import Registry, Target
+from tools.release.registry import CHART, Publisher, Registry, Target
 
 SITE_PLACEHOLDER = "REPLACE-ME.site.example:5000/qwen-npu"
 
@@ -54,7 +53,7 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
         shutil.copy2(bom, dest / info["sbom"]["path"])
         lines.append(info["reference"])
     (dest / "chart").mkdir()
-    pulled = pull_and_verify(target, registry, record["chart"]["version"], keyring, work)
+    pulled = chart.pull(target, registry, record["chart"]["version"], keyring, work)
     if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
         raise ReleaseError(
             f"{target}: the chart in the registry is not the released one (sha256 "
@@ -151,12 +150,14 @@ Chart: `chart/{record["chart"]["archive"]}`, its Helm provenance
 """
 
 
+def _files(dest: Path) -> list[str]:
+    """Every file of the bundle but SHA256SUMS, relative to it."""
+    found = (p for p in sorted(dest.rglob("*")) if p.is_file() and p.name != "SHA256SUMS")
+    return [str(p.relative_to(dest)) for p in found]
+
+
 def write_sums(dest: Path) -> None:
-    rows = [
-        f"{sha256_file(p)}  {p.relative_to(dest)}"
-        for p in sorted(dest.rglob("*"))
-        if p.is_file() and p.name != "SHA256SUMS"
-    ]
+    rows = [f"{sha256_file(dest / name)}  {name}" for name in _files(dest)]
     (dest / "SHA256SUMS").write_text("\n".join(rows) + "\n")
 
 
@@ -164,26 +165,19 @@ def check_sums(dest: Path) -> None:
     sums = dest / "SHA256SUMS"
     if not sums.is_file():
         raise ReleaseError(f"bundle {dest}: no SHA256SUMS; not a qwen-npu bundle")
-    listed = {}
-    for line in sums.read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        listed[name] = digest
+    rows = (line.partition("  ") for line in sums.read_text().splitlines())
+    listed = {name: digest for digest, _, name in rows}
     for name, digest in listed.items():
-        path = dest / name
-        if not path.is_file():
+        if not (dest / name).is_file():
             raise ReleaseError(
                 f"bundle {dest}: {name} is missing (SHA256SUMS lists it); copy the bundle again"
             )
-        if sha256_file(path) != digest:
+        if sha256_file(dest / name) != digest:
             raise ReleaseError(
                 f"bundle {dest}: {name} is corrupt (its sha256 differs from SHA256SUMS); "
                 "copy the bundle again"
             )
-    extra = [
-        str(p.relative_to(dest))
-        for p in dest.rglob("*")
-        if p.is_file() and p.name != "SHA256SUMS" and str(p.relative_to(dest)) not in listed
-    ]
+    extra = [name for name in _files(dest) if name not in listed]
     if extra:
         raise ReleaseError(
             f"bundle {dest}: {extra[0]} is not in SHA256SUMS; the bundle was changed"
@@ -250,8 +244,9 @@ def bundle_load(
             dest / "chart" / record["chart"]["provenance"], staged / (archive.name + ".prov")
         )
         version = record["chart"]["version"]
-        chart_digest = publisher.push_chart(staged / archive.name, target, version, out)
-        pulled = pull_and_verify(target, registry, record["chart"]["version"], keyring, out)
+        chart_digest = chart.push(staged / archive.name, target, registry, out)
+        publisher.pushed_chart(target, version, chart_digest)
+        pulled = chart.pull(target, registry, version, keyring, out)
         if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
             raise ReleaseError(
                 f"{target}: the chart pulled back is not the bundle's: digest mismatch"
@@ -283,7 +278,7 @@ def bundle_load(
         "registry": str(target),
         "images": loaded,
         "chart_digest": chart_digest,
-        "chart": f"oci://{target.ref(chart.CHART_REPO)}/qwen-npu",
+        "chart": f"oci://{target.ref(CHART)}",
     }
     signing.write_json(out / "loaded.json", result)
     log(

@@ -23,11 +23,11 @@ import yaml
 
 from tools.paths import CHART_DIR
 from tools.release import ReleaseError
-from tools.release.registry import Registry, Target
+from tools.release.oci import sha256_file
+from tools.release.registry import CHART, CHART_REPO, Registry, Target
 from tools.versions import read_versions
 
 PROV_MEDIA_TYPE = "application/vnd.cncf.helm.chart.provenance.v1.prov"
-CHART_REPO = "charts"
 _LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<rest>.*)$")
 
 
@@ -128,31 +128,36 @@ def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
             client.push(str(archive), f"oci://{target.ref(CHART_REPO)}")
         except helm.HelmError as exc:
             raise ReleaseError(f"pushing {archive.name} to {target}: {exc}") from None
-    name, _, version = archive.name.removesuffix(".tgz").rpartition("-")
-    digest = registry.manifest_digest(target.repo(f"{CHART_REPO}/{name}"), version)
+    version = archive.name.removesuffix(".tgz").rpartition("-")[2]
+    digest = registry.manifest_digest(target.repo(CHART), version)
     if digest is None:
-        raise ReleaseError(f"{target}: {CHART_REPO}/{name}:{version} is absent after helm push")
+        raise ReleaseError(f"{target}: {CHART}:{version} is absent after helm push")
     return digest
 
 
-def pull(target: Target, registry: Registry, version: str, dest: Path, work: Path) -> Path:
-    """helm pull oci://.../charts/qwen-npu, plus its provenance layer; returns the archive."""
-    dest.mkdir(parents=True, exist_ok=True)
+def pull(
+    target: Target, registry: Registry, version: str, keyring: Path, work: Path
+) -> dict[str, Any]:
+    """helm pull oci://.../charts/qwen-npu and its provenance layer, then Helm's provenance check
+    (what `helm pull --verify` does): the archive, its sha256 and the signer."""
+    dest = work / "pulled"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
     with _client(registry, work) as client:
         try:
-            ref = f"oci://{target.ref(CHART_REPO)}/qwen-npu"
+            ref = f"oci://{target.ref(CHART)}"
             client.pull(ref, version=version, destination=str(dest))
         except helm.HelmError as exc:
             raise ReleaseError(f"pulling qwen-npu {version} from {target}: {exc}") from None
     archive = dest / f"qwen-npu-{version}.tgz"
     with tempfile.TemporaryDirectory(dir=work) as tmp:  # the artifact as skopeo's dir:
-        registry.pull(target.repo(f"{CHART_REPO}/qwen-npu"), version, f"dir:{tmp}")
+        registry.pull(target.repo(CHART), version, f"dir:{tmp}")
         layers = json.loads((Path(tmp) / "manifest.json").read_bytes())["layers"]
         for layer in layers:
             if layer["mediaType"] == PROV_MEDIA_TYPE:
                 blob = Path(tmp) / layer["digest"].removeprefix("sha256:")
                 shutil.copy(blob, dest / f"{archive.name}.prov")
-    return archive
+    return {"archive": archive, "archive_sha256": sha256_file(archive), **verify(archive, keyring)}
 
 
 def render_images(archive: Path, values: dict[str, Any] | None = None) -> set[str]:

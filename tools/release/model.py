@@ -11,8 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tools.release import ReleaseError, oci
-from tools.release.common import log
+from tools.release import ReleaseError, log, oci
 from tools.release.registry import Registry
 
 MODEL_MANIFEST = ".qwen-npu-model.json"

@@ -20,10 +20,9 @@ from typing import Any
 import yaml
 
 from tools.paths import CHART_DIR, REPO
-from tools.release import ReleaseError, chart, oci, sbom, signing
-from tools.release.common import Publisher, log, pull_and_verify
+from tools.release import ReleaseError, chart, log, oci, sbom, signing
 from tools.release.oci import sha256_file
-from tools.release.registry import Registry, Target
+from tools.release.registry import CHART, Publisher, Registry, Target
 
 IMAGES = ("engine", "sidecar")
 
@@ -163,8 +162,9 @@ def release(
     try:
         for spec in specs:
             publisher.tag(target.repo(spec.name), spec.tag, images[spec.name]["digest"])
-        chart_digest = publisher.push_chart(archive, target, version, work)
-        check = pull_and_verify(target, registry, version, rel / "keys" / "site.gpg", work)
+        chart_digest = chart.push(archive, target, registry, work)
+        publisher.pushed_chart(target, version, chart_digest)
+        check = chart.pull(target, registry, version, rel / "keys" / "site.gpg", work)
         if check["archive_sha256"] != sha256_file(archive):
             raise ReleaseError(
                 f"{target}: charts/qwen-npu:{version} pulled back differs from the package pushed: "
@@ -188,7 +188,7 @@ def release(
         "source": source_record(),
         "images": images,
         "chart": {
-            "reference": f"oci://{target.ref(chart.CHART_REPO)}/qwen-npu",
+            "reference": f"oci://{target.ref(CHART)}",
             "version": version,
             "archive": archive.name,
             "archive_sha256": sha256_file(archive),

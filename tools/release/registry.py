@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.release import ReleaseError
@@ -55,6 +55,8 @@ class Target:
         return f"{self.host}/{self.namespace}" if self.namespace else self.host
 
 
+CHART_REPO = "charts"  # the chart's repository under the namespace: CHART_REPO/qwen-npu
+CHART = f"{CHART_REPO}/qwen-npu"
 _UNREACHABLE = re.compile(r"connection refused|no such host|dial tcp|i/o timeout|no route", re.I)
 _ABSENT = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
 
@@ -189,3 +191,64 @@ class Registry:
         except ReleaseError:
             return False
         return True
+
+
+@dataclass
+class Publisher:
+    """Tags set in one run (repository, tag, digest, the digest it replaced), and their undoing."""
+
+    registry: Registry
+    done: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+
+    def refuse_existing(
+        self, target: Target, tags: dict[str, str], version: str, overwrite: bool
+    ) -> None:
+        """Refuse a release whose image tags or chart version are there, unless `overwrite`."""
+        wanted = [*((target.repo(n), t) for n, t in tags.items()), (target.repo(CHART), version)]
+        present = [f"{r}:{t}" for r, t in wanted if self.registry.manifest_digest(r, t)]
+        if present and not overwrite:
+            raise ReleaseError(
+                f"release {version} exists in {self.registry.host} ({', '.join(present)}); bump "
+                "the version (docker/versions.env, Chart.yaml) or re-run with OVERWRITE=1"
+            )
+
+    def tag(self, repo: str, tag: str, digest: str) -> None:
+        previous = self.registry.manifest_digest(repo, tag)
+        self.registry.tag(repo, digest, tag)
+        self.done.append((repo, tag, digest, previous))
+
+    def pushed_chart(self, target: Target, version: str, digest: str) -> None:
+        self.done.append((target.repo(CHART), version, digest, None))
+
+    def rollback(self) -> list[str]:
+        """Undo this run's tags; returns what could not be undone."""
+        left = []
+        ours = {(repo, tag) for repo, tag, _, _ in self.done}
+        for repo, tag, digest, previous in reversed(self.done):
+            try:
+                if previous is not None:
+                    self.registry.tag(repo, previous, tag)
+                    continue
+                # a registry deletes a manifest with every tag on it: not when others share it
+                shared = [
+                    other
+                    for other in self.registry.tags(repo)
+                    if (repo, other) not in ours
+                    and self.registry.manifest_digest(repo, other) == digest
+                ]
+                if shared or not self.registry.delete_manifest(repo, digest):
+                    left.append(f"{repo}:{tag}")
+            except ReleaseError:
+                left.append(f"{repo}:{tag}")
+        self.done.clear()
+        return left
+
+    def guard(self, exc: ReleaseError) -> ReleaseError:
+        """`exc` after the rollback, naming the tags that could not be removed."""
+        left = self.rollback()
+        if left:
+            return ReleaseError(
+                f"{exc}; the tags set so far could not be removed ({', '.join(left)}): "
+                "the registry refuses deletes (storage.delete.enabled); delete them by hand"
+            )
+        return exc

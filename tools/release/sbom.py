@@ -71,35 +71,21 @@ def collect(image: Image) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[s
     return debian, python
 
 
+def _component(name: str, version: str, purl: str, **props: str) -> dict[str, Any]:
+    properties = [{"name": f"qwen-npu:{k}", "value": v} for k, v in props.items()]
+    return dict(type="library", name=name, version=version, purl=purl, properties=properties)
+
+
 def cyclonedx(image: Image, name: str) -> dict[str, Any]:
     """The CycloneDX document for `image` (named by its repository), deterministic per digest."""
     debian, python = collect(image)
     components: list[dict[str, Any]] = []
     for pkg, (version, arch) in sorted(debian.items()):
         purl = f"pkg:deb/debian/{pkg}@{version}" + (f"?arch={arch}" if arch else "")
-        components.append(
-            {
-                "type": "library",
-                "name": pkg,
-                "version": version,
-                "purl": purl,
-                "properties": [{"name": "qwen-npu:source", "value": "dpkg"}],
-            }
-        )
+        components.append(_component(pkg, version, purl, source="dpkg"))
     for dist, (version, location) in sorted(python.items(), key=lambda kv: kv[0].lower()):
         purl = f"pkg:pypi/{dist.lower().replace('_', '-')}@{version}"
-        components.append(
-            {
-                "type": "library",
-                "name": dist,
-                "version": version,
-                "purl": purl,
-                "properties": [
-                    {"name": "qwen-npu:source", "value": "python"},
-                    {"name": "qwen-npu:location", "value": location},
-                ],
-            }
-        )
+        components.append(_component(dist, version, purl, source="python", location=location))
     return {
         "bomFormat": "CycloneDX",
         "specVersion": SPEC_VERSION,

@@ -1,10 +1,5 @@
-"""The repository's paths, named once: tools, fixtures and tests import them from here.
-
-Why this exists: the chart, the versions file and the docs sit at fixed places in a checkout, and
-every harness that reads them used to find them by counting parent folders from its own file,
-which breaks the day a file moves. The installed package (``qwen_npu``) never imports this: what it
-needs from the checkout, its caller hands it.
-"""
+"""The checkout's paths, named once for tools, fixtures and tests (counting parent folders from
+each file broke the day one moved). The installed package never imports this."""
 
 from __future__ import annotations
 

@@ -32,26 +32,15 @@ def _parser() -> argparse.ArgumentParser:
 
     rel = verbs.add_parser("release", help="push, sign and pin the images and the chart")
     rel.add_argument("--registry", required=True, help="host[:port]/namespace")
-    rel.add_argument(
-        "--image",
-        action="append",
-        required=True,
-        help="NAME:TAG=TRANSPORT:REF[,flavour=cpu|npu] (engine and sidecar)",
-    )
-    rel.add_argument(
-        "--key", default=os.environ.get("SIGNING_KEY", ""), help="signing key fingerprint"
-    )
+    image_help = "NAME:TAG=TRANSPORT:REF[,flavour=cpu|npu] (engine and sidecar)"
+    rel.add_argument("--image", action="append", required=True, help=image_help)
+    signing_key = os.environ.get("SIGNING_KEY", "")
+    rel.add_argument("--key", default=signing_key, help="the signing key's fingerprint")
     rel.add_argument("--passphrase-file", default=os.environ.get("SIGNING_PASSPHRASE_FILE") or None)
     rel.add_argument("--out", type=Path, default=Path("out/release"))
-    rel.add_argument(
-        "--overwrite", action="store_true", help="replace an existing release of this version"
-    )
-    rel.add_argument(
-        "--node-keyring",
-        type=Path,
-        default=NODE_KEYRING,
-        help="where nodes keep the public keyring (policy.json's keyPath)",
-    )
+    rel.add_argument("--overwrite", action="store_true", help="replace a release of this version")
+    keyring_help = "where nodes keep the public keyring (policy.json's keyPath)"
+    rel.add_argument("--node-keyring", type=Path, default=NODE_KEYRING, help=keyring_help)
 
     bun = verbs.add_parser("bundle", help="write the air-gapped bundle of a release")
     bun.add_argument("--record", type=Path, required=True)

@@ -6,7 +6,7 @@
 #
 # The router lives in its own venv: its pins (fastapi, uvicorn, ...) must not move .venv's. The
 # harness finds it through QWEN_NPU_ROUTER_BIN (the tests too). FAILOVER_ARGS passes harness flags
-# (make failover FAILOVER_ARGS="--scenario kill --num-prompts 200").
+# (make failover FAILOVER_ARGS="--scenario kill --scenario hang").
 
 ROUTER_VENV := .venv-router
 ROUTER_BIN := $(ROUTER_VENV)/bin/smg

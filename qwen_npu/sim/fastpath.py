@@ -59,10 +59,9 @@ class RawSend:
 
 
 def stamped_protocol() -> type:
-    """uvicorn's HTTP protocol class (httptools when installed, else h11), stamping each request
-    with its arrival time: under a burst the handler of the last request runs only after the
-    others', and stamping its scope with the time the loop's poll returned (``clock.ready_at``,
-    the loop's own clock) lets TTFT count from when the bytes arrived, as on a real server."""
+    """uvicorn's HTTP protocol class (httptools when installed, else h11) stamping each request's
+    scope with the time the loop's poll returned (``clock.ready_at``): under a burst, TTFT then
+    counts from when the bytes arrived, not from when the request's handler got its turn."""
     base: Any
     try:
         # lazy: an extra's (pyproject.toml); the base install goes without

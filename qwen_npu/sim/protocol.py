@@ -49,8 +49,7 @@ def _int_list(value: Any, key: str) -> list[int]:
 
 
 def _sampling(sp: Any, cfg: SimConfig, max_key: str = "max_new_tokens") -> tuple[int, bool]:
-    if sp is None:
-        sp = {}
+    sp = {} if sp is None else sp
     if not isinstance(sp, dict):
         raise BadRequest("sampling_params must be a JSON object")
     max_new = sp.get(max_key)
@@ -115,17 +114,12 @@ def parse_openai(body: Any, cfg: SimConfig, rid: str, chat: bool) -> GenParams:
         prompt = text_to_ids(" ".join(parts), cfg.vocab_size) or [0]
     else:
         raw = body.get("prompt")
+        if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], str | list):
+            raw = raw[0]  # a batch of one prompt
         if isinstance(raw, str):
             prompt = text_to_ids(raw, cfg.vocab_size)
-        elif isinstance(raw, list) and raw and isinstance(raw[0], int):
+        elif isinstance(raw, list) and raw:
             prompt = _int_list(raw, "prompt")
-        elif isinstance(raw, list) and len(raw) == 1:
-            inner = raw[0]
-            prompt = (
-                text_to_ids(inner, cfg.vocab_size)
-                if isinstance(inner, str)
-                else _int_list(inner, "prompt")
-            )
         else:
             raise BadRequest("prompt must be a string or a list of token ids (one prompt)")
     key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"

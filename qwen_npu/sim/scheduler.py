@@ -297,7 +297,8 @@ class Engine:
                 bucket[1] += 1
                 bucket[2] += n - 1
             if first:
-                self.metrics.first_token(streaming=req.streaming, ttft_s=t - req.arrival)
+                ttft = self.metrics.child("time_to_first_token_seconds", req.streaming)
+                ttft.observe(t - req.arrival)
             else:
                 self.metrics.itl.observe((t - req.last_t) / n)
         if first:
@@ -309,14 +310,7 @@ class Engine:
             req.running = False
             self.running.discard(req)
             if req.log_metrics:
-                self.metrics.finished(
-                    streaming=req.streaming,
-                    prompt_tokens=req.prompt_len,
-                    completion_tokens=req.emitted,
-                    ttft_s=req.first_t - req.arrival,
-                    e2e_s=t - req.arrival,
-                    verify_ct=req.verify_ct,
-                )
+                self.metrics.finished(req, t)
             self._fill(deadline)
         else:
             self._push(deadline + self.step_s(), req)

@@ -1,16 +1,9 @@
-"""``serve(cfg)``: run the simulator under uvicorn until SIGINT, or SIGTERM and a drain.
+"""``serve(cfg)``: run the simulator under uvicorn until SIGINT, or SIGTERM and SGLang's drain.
 
-The drain is SGLang 0.5.23's: on SIGTERM /health, /health_generate and /ready answer 503, requests
-in flight finish (new ones are still served: the router stops sending on the 503), and a watchdog
-checks every 5 s (``QWEN_NPU_DRAIN_CHECK_S`` in tests) how many remain, exiting 0 once none do, or
-1 at once when the last health check failed or ``SGL_FORCE_SHUTDOWN`` is set.
-
-uvicorn's own signal handling stops at once on SIGTERM and then re-raises the signal (the process
-dies of it). ``DrainingServer`` turns SIGTERM into SGLang's drain instead (``Drain``) and exits 0
-when it is done, 1 when it was forced. SIGINT stops at once: uvicorn's graceful shutdown would wait
-up to ``timeout_graceful_shutdown`` for the streams in flight and then cancel them (an ``Exception
-in ASGI application`` traceback each), so the engine ends them first (``Engine.stop_all``): each
-stream closes cleanly and the shutdown finds nothing to wait for.
+uvicorn stops at once on SIGTERM and re-raises the signal; ``DrainingServer`` runs SGLang 0.5.23's
+drain instead (docs/simulator.md). On SIGINT the engine ends the streams in flight first
+(``Engine.stop_all``): uvicorn's graceful shutdown would wait for them, then cancel each with a
+traceback.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ behind ``GET/PATCH /sim/faults`` (docs/architecture.md); all but ``crash`` are c
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -125,15 +126,10 @@ class Sim:
         self.ready_at = loop.time() + self.cfg.startup_delay_s
         if self.faults.hang_generate:
             self.engine.pause()
-        if self.cfg.startup_delay_s:
-            loop.call_at(self.ready_at, self._log_ready)
-        else:
-            self._log_ready()
+        what = "the simulator answers /health and /generate now"
+        loop.call_at(self.ready_at, functools.partial(log, "info", "ready", what=what))
         if self.cfg.crash_after_s:
             loop.call_later(self.cfg.crash_after_s, crash, "crash-after-s elapsed")
-
-    def _log_ready(self) -> None:
-        log("info", "ready", what="the simulator answers /health and /generate now")
 
     @property
     def eng(self) -> Engine:

@@ -147,17 +147,13 @@ def steady_state(
     )
 
 
-def fit_step(
-    cfg: SimConfig,
-    tpot_ms: dict[int, float],
-    *,
-    output_len: int = DEFAULT_OUTPUT_LEN,
-) -> tuple[float, float]:
+def fit_step(cfg: SimConfig, tpot_ms: dict[int, float]) -> tuple[float, float]:
     """(step-fixed-ms, step-ms-per-token) whose TPOTs best fit ``tpot_ms`` (concurrency -> TPOT):
     the least-squares line, TPOT being linear in the running requests; the rest from ``cfg``."""
     if len(tpot_ms) < 2:
         raise ValueError("fit_step needs TPOTs at two or more concurrencies")
-    per_step = expected_steps(cfg, output_len - 1) / (output_len - 1)
+    out = DEFAULT_OUTPUT_LEN - 1
+    per_step = expected_steps(cfg, out) / out
     xs = [float(min(c, cfg.max_running_requests)) for c in tpot_ms]
     ys = [t / per_step for t in tpot_ms.values()]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)

@@ -1,9 +1,8 @@
 """Deterministic stand-in output: token ids, their text, and the garbled (repeating) variant.
 
-Greedy output is a pure function of the prompt's token ids, so a canary can record a golden answer
-and compare later runs. Sampled output (temperature > 0) is a function of the seed and the request's
-arrival number, so a run with a fixed seed repeats. The garbled mode reproduces the failure the
-upstream pull request reports for speculative decoding: a sane start, then a short loop forever.
+Greedy output is a function of the prompt's ids alone, so a canary can record a golden answer;
+sampled output one of the seed and the arrival number; garbled output the upstream pull request's
+failure (a sane start, then a short loop forever).
 """
 
 from __future__ import annotations

@@ -236,18 +236,15 @@ def closed_loop(
     conc: int,
     num: int,
     *,
-    input_len: int = timing.DEFAULT_INPUT_LEN,
-    output_len: int = timing.DEFAULT_OUTPUT_LEN,
     scale: float = 1.0,
     url: str | None = None,
 ) -> LoopFigures:
-    """Run ``num`` requests from ``conc`` clients against ``profile`` with every simulated
-    duration multiplied by ``scale``, and report the figures at scale 1 (times / scale).
-
-    ``url``: an already running simulator of that profile and scale (else one is started).
-    """
+    """Run ``num`` requests (1024 in / 100 out) from ``conc`` clients against ``profile`` with every
+    simulated duration times ``scale``, and report the figures at scale 1; ``url``: a simulator of
+    that profile and scale already running (else one is started)."""
+    lens = (timing.DEFAULT_INPUT_LEN, timing.DEFAULT_OUTPUT_LEN)
     with nullcontext(url) if url else running_sim(**scaled_flags(profile, scale)) as base:
-        res, dur = measure(base, conc, num, input_len, output_len)
+        res, dur = measure(base, conc, num, *lens)
     return LoopFigures(
         tpot_ms=statistics.fmean(res.gaps) * 1000 / scale if res.gaps else float("nan"),
         output_tok_per_s=res.tokens / dur * scale,

@@ -18,12 +18,6 @@ class MetricSpec:
     labels: tuple[str, ...] = ()
     buckets: tuple[float, ...] = ()
     unit: str = ""  # Grafana unit id for panels: "s", "bytes", "percentunit", "short", "reqps", ...
-    #: Why the metric is going and what replaces it; dashboards and alerts may not read it.
-    deprecated: str = ""
-
-    @property
-    def exposed_help(self) -> str:
-        return f"DEPRECATED: {self.deprecated}. {self.help}" if self.deprecated else self.help
 
     def series_names(self) -> tuple[str, ...]:
         if self.kind == "histogram":

@@ -60,7 +60,7 @@ _HEADER = (
 
 
 class UnknownMetricError(ValueError):
-    """A dashboard or alert reads a metric that no metric list declares, or a deprecated one."""
+    """A dashboard or alert reads a metric that no metric list declares."""
 
 
 def known_series() -> dict[str, str]:
@@ -87,11 +87,7 @@ def dashboard_models(cfg: Config = DEFAULT) -> dict[str, dict[str, Any]]:
 
 def dashboard_queries(model: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, PromQL) for every target of every panel."""
-    out: list[tuple[str, str]] = []
-    for panel in model.get("panels", []):
-        for target in panel.get("targets", []):
-            out.append((panel["title"], target["expr"]))
-    return out
+    return [(p["title"], t["expr"]) for p in model.get("panels", []) for t in p.get("targets", [])]
 
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$")
@@ -126,31 +122,15 @@ def recording_exprs(document: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def deprecated_series() -> dict[str, str]:
-    """Series of deprecated metrics -> what replaces them (nothing generated may read them)."""
-    return {
-        series: spec.deprecated
-        for spec in catalogue.CATALOGUE
-        if spec.deprecated
-        for series in spec.series_names()
-    }
-
-
 def check_metric_names(exprs: Iterable[tuple[str, str]]) -> None:
-    known, deprecated = known_series(), deprecated_series()
+    known = known_series()
     for where, expr in exprs:
-        names = metric_names(expr)
-        unknown = sorted(names - known.keys())
+        unknown = sorted(metric_names(expr) - known.keys())
         if unknown:
             raise UnknownMetricError(
                 f"{where}: reads {', '.join(unknown)}, which no metric list declares; fix the "
                 "query or add the metric to qwen_npu/metrics/catalogue.py (sidecar) or "
                 "qwen_npu/metrics/sglang.py (engine)"
-            )
-        old = sorted(names & deprecated.keys())
-        if old:
-            raise UnknownMetricError(
-                f"{where}: reads the deprecated {', '.join(old)}; {deprecated[old[0]]}"
             )
 
 

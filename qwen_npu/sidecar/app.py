@@ -6,13 +6,13 @@ loops run inside the app's ``lifespan``, so importing this module starts nothing
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Any
 
 import httpx
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from prometheus_client import make_asgi_app
 from starlette.routing import Route
@@ -34,36 +34,7 @@ _PATCH_FIELDS = ("state", "target", "detail", "used_by_mode", "pid", "updated_at
 _MAX_PATCHES = 32
 
 
-def _monitor(request: Request) -> Monitor:
-    monitor: Monitor = request.app.state.monitor
-    return monitor
-
-
-MonitorDep = Annotated[Monitor, Depends(_monitor)]
-router = APIRouter()
-
-
-def _answer(verdict: Verdict) -> JSONResponse:
-    return JSONResponse(asdict(verdict), status_code=200 if verdict.ok else 503)
-
-
-@router.get("/startupz", tags=["probes"])
-async def startupz(monitor: MonitorDep) -> JSONResponse:
-    return _answer(monitor.health.startup(monitor.clock()))
-
-
-@router.get("/readyz", tags=["probes"])
-async def readyz(monitor: MonitorDep) -> JSONResponse:
-    return _answer(monitor.health.readiness(monitor.clock()))
-
-
-@router.get("/livez", tags=["probes"])
-async def livez(monitor: MonitorDep) -> JSONResponse:
-    return _answer(monitor.health.liveness(monitor.clock()))
-
-
-@router.get("/status", tags=["status"])
-async def status(monitor: MonitorDep) -> dict[str, Any]:
+def status_document(monitor: Monitor) -> dict[str, Any]:
     """Everything the sidecar knows, for the on-call engineer without PromQL (NaN as null)."""
     now = monitor.clock()
     h, info, canary, settings = monitor.health, monitor.info, monitor.canary, monitor.settings
@@ -174,10 +145,31 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         openapi_url=None,
     )
     app.state.monitor = monitor
-    app.include_router(router)
+    h = monitor.health
+    for path, verdict in (
+        ("/startupz", h.startup),
+        ("/readyz", h.readiness),
+        ("/livez", h.liveness),
+    ):
+        app.add_api_route(path, _probe(verdict, monitor.clock), methods=["GET"], tags=["probes"])
+
+    async def status() -> dict[str, Any]:  # async: answered on the loop, as the probes are
+        return status_document(monitor)
+
+    app.add_api_route("/status", status, methods=["GET"])
     metrics = _AsgiEndpoint(make_asgi_app(registry=registry_for(monitor)))
     app.router.routes.append(Route("/metrics", endpoint=metrics, methods=["GET"]))
     return app
+
+
+def _probe(verdict: Callable[[float], Verdict], clock: Callable[[], float]) -> Callable[[], Any]:
+    """A probe route: 200 when the check passes, 503 when it fails, the verdict as the body."""
+
+    async def answer() -> JSONResponse:
+        found = verdict(clock())
+        return JSONResponse(asdict(found), status_code=200 if found.ok else 503)
+
+    return answer
 
 
 class _AsgiEndpoint:

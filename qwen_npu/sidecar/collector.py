@@ -58,9 +58,9 @@ def _family(name: str, samples: Iterable[Sample]) -> Metric:
     spec = BY_NAME[name]
     family: CounterMetricFamily | GaugeMetricFamily
     if spec.kind == "counter":
-        family = CounterMetricFamily(spec.name, spec.exposed_help, labels=spec.labels)
+        family = CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
     else:
-        family = GaugeMetricFamily(spec.name, spec.exposed_help, labels=spec.labels)
+        family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
     for labels, value in samples:
         family.add_metric(list(labels), value)
     return family
@@ -68,7 +68,7 @@ def _family(name: str, samples: Iterable[Sample]) -> Metric:
 
 def _info(name: str, values: dict[str, str]) -> Metric:
     spec = BY_NAME[name]
-    family = InfoMetricFamily(spec.name.removesuffix("_info"), spec.exposed_help)
+    family = InfoMetricFamily(spec.name.removesuffix("_info"), spec.help)
     family.add_metric([], values)
     return family
 

@@ -55,7 +55,7 @@ def histogram(name: str) -> Histogram:
     """The unregistered histogram ``qwen_npu_<name>`` of ``CATALOGUE`` (the collector exports
     it)."""
     spec = BY_NAME[PREFIX + name]
-    return Histogram(spec.name, spec.exposed_help, buckets=spec.buckets, registry=None)
+    return Histogram(spec.name, spec.help, buckets=spec.buckets, registry=None)
 
 
 class HealthTracker:

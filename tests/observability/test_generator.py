@@ -313,17 +313,3 @@ def test_speculative_acceptance_is_defined_once() -> None:
     reading = {w for w, e in readers if SPEC_ACCEPT_LENGTH.record in metric_names(e)}
     assert "alert QwenNpuSpecAcceptanceCollapse" in reading
     assert any("'Acceptance length'" in w for w in reading), reading
-
-
-def test_deprecated_metrics_are_refused_and_read_by_nothing_generated(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from qwen_npu.metrics import catalogue as cat
-    from qwen_npu.metrics.spec import MetricSpec
-
-    going = MetricSpec("qwen_npu_old_gauge", "gauge", "An old gauge.", deprecated="read new")
-    monkeypatch.setattr(cat, "CATALOGUE", (*cat.CATALOGUE, going))
-    assert generate.deprecated_series()["qwen_npu_old_gauge"] == "read new"
-    with pytest.raises(generate.UnknownMetricError, match="deprecated qwen_npu_old_gauge"):
-        generate.check_metric_names([("panel", 'qwen_npu_old_gauge{pod="p"}')])
-    generate.render_files()  # what ships reads none of them (it would raise)

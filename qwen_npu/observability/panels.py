@@ -2,14 +2,14 @@
 
 Where an alert watches a panel's quantity, the panel draws the alert's threshold (a placeholder
 the chart fills from its values, so the line moves with the alert) and links to the alert's
-runbook section. ``Board.finish`` applies what every dashboard shares and fills those in.
+runbook section. ``Board.finish`` applies what every dashboard shares.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from grafana_foundation_sdk.builders import common as gcommon
@@ -27,7 +27,6 @@ from grafana_foundation_sdk.models import prometheus as mprom
 from qwen_npu.observability.config import Config, threshold_placeholder
 
 DATASOURCE = mdash.DataSourceRef(type_val="prometheus", uid="${datasource}")
-RUNBOOK_LINK_MARK = "runbook:"  # finish turns "runbook:<Alert>" into the runbook URL
 
 
 @dataclass(frozen=True)
@@ -35,15 +34,6 @@ class Query:
     expr: str
     legend: str = ""
     instant: bool = False
-
-
-@dataclass
-class PanelNote:
-    """What the finishing pass needs to know about one panel."""
-
-    threshold: str | float | None = None  # config threshold key (or fixed number) drawn
-    alerts: tuple[str, ...] = ()  # alerts whose runbook sections the panel links to
-    queries: list[Query] = field(default_factory=list)
 
 
 Direction = Literal["above", "below"]
@@ -76,7 +66,7 @@ def _thresholds(
 
 
 class Board:
-    """A dashboard under construction: rows, panels and the notes the finishing pass reads."""
+    """A dashboard under construction, and each panel's threshold for the finishing pass."""
 
     def __init__(
         self, title: str, description: str, cfg: Config, *variables: gdash.QueryVariable
@@ -88,7 +78,7 @@ class Board:
         )
         for variable in variables:
             self.builder = self.builder.with_variable(variable)
-        self.notes: dict[str, PanelNote] = {}
+        self.thresholds: dict[str, str | float | None] = {}
 
     def row(self, title: str) -> None:
         self.builder = self.builder.with_row(gdash.Row(title))
@@ -97,16 +87,23 @@ class Board:
         self,
         title: str,
         panel: gts.Panel | gtable.Panel,
-        queries: list[Query],
         alert: str | tuple[str, ...],
         threshold: str | float | None,
     ) -> None:
-        if title in self.notes:
+        if title in self.thresholds:
             raise ValueError(f"duplicate panel title {title!r}")
         if alert:
-            panel = panel.links(_runbook_links(alert))
+            panel = panel.links(
+                [
+                    gdash.DashboardLink(f"Runbook: {name}")
+                    .type(mdash.DashboardLinkType.LINK)
+                    .url(self.cfg.runbook_url(name))
+                    .target_blank(True)
+                    for name in ((alert,) if isinstance(alert, str) else alert)
+                ]
+            )
         self.builder = self.builder.with_panel(panel)
-        self.notes[title] = PanelNote(threshold, _names(alert), queries)
+        self.thresholds[title] = threshold
 
     def timeseries(
         self,
@@ -143,19 +140,18 @@ class Board:
             p = p.min(min_val)
         if max_val is not None:
             p = p.max(max_val)
-        self._add(title, p, queries, alert, threshold)
+        self._add(title, p, alert, threshold)
 
     def table(self, title: str, description: str, queries: list[Query], alert: str = "") -> None:
         p = gtable.Panel().title(title).description(description).datasource(DATASOURCE)
         p = p.targets(_targets(queries, table=True)).span(12).height(8)
-        self._add(title, p, queries, alert, None)
+        self._add(title, p, alert, None)
 
     def finish(self, filename: str) -> dict[str, Any]:
         """Plain JSON with what every dashboard shares: a ``uid`` stable across regeneration (24
         hex digits of the file name's SHA-256; Grafana allows 40 characters), the conventions,
-        the runbook and sibling links, sequential panel ids, each panel's runbook URL and the
-        chart placeholder of each threshold (filled with the value the alert gets too)."""
-        cfg = self.cfg
+        the runbook and sibling links, sequential panel ids and the chart placeholder of each
+        threshold (filled with the value the alert gets too)."""
         model: dict[str, Any] = json.loads(json.dumps(self.builder.build(), cls=JSONEncoder))
         model["uid"] = "qwen-npu-" + hashlib.sha256(filename.encode()).hexdigest()[:24]
         model["tags"] = ["qwen-npu"]
@@ -168,7 +164,7 @@ class Board:
             {
                 "title": "Runbook",
                 "type": "link",
-                "url": cfg.runbook_base,
+                "url": self.cfg.runbook_base,
                 "icon": "doc",
                 "targetBlank": True,
                 "tooltip": "docs/runbook.md: what to do for each qwen-npu alert",
@@ -186,29 +182,11 @@ class Board:
             panel["id"] = panel_id
             if panel.get("type") == "row":
                 continue
-            note = self.notes[panel["title"]]
-            for link in panel.get("links", []):
-                url = link.get("url", "")
-                if url.startswith(RUNBOOK_LINK_MARK):
-                    link["url"] = cfg.runbook_url(url.removeprefix(RUNBOOK_LINK_MARK))
-            if isinstance(note.threshold, str):
+            threshold = self.thresholds[panel["title"]]
+            if isinstance(threshold, str):
                 steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
-                steps[1]["value"] = threshold_placeholder(note.threshold)
+                steps[1]["value"] = threshold_placeholder(threshold)
         return model
-
-
-def _names(alert: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (alert,) if isinstance(alert, str) else alert
-
-
-def _runbook_links(alert: str | tuple[str, ...]) -> list[cogbuilder.Builder[mdash.DashboardLink]]:
-    return [
-        gdash.DashboardLink(f"Runbook: {name}")
-        .type(mdash.DashboardLinkType.LINK)
-        .url(RUNBOOK_LINK_MARK + name)
-        .target_blank(True)
-        for name in _names(alert)
-    ]
 
 
 def query_variable(

@@ -24,8 +24,7 @@ UB_AWARE = registry.get_patch("mamba-scatter-ub-aware").name
 #: sgl-kernel-npu's move_intermediate_cache default, which SGLang 0.5.23 never overrides.
 KERNEL_DEFAULT_H_BLOCK_SIZE = 2
 
-PARTS = ("attention", "linear_attention", "dense_mlp", "routed_experts", "shared_experts")
-PARTS += ("mtp", "other")
+PARTS = tuple("attention linear_attention dense_mlp routed_experts shared_experts mtp other".split())
 _LINEAR_MODULES = frozenset({"w1", "w2", "w3", "fc"})
 
 
@@ -132,16 +131,10 @@ class QuantReport:
     findings: list[Finding] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "quantized": self.quantized,
-            "model_quant_type": self.model_quant_type,
-            "tensor_keys": self.tensor_keys,
-            "parts": {p: {"schemes": s, "label": scheme_label(s)} for p, s in self.parts.items()},
-            "mtp_entries": self.mtp_entries,
-            "mtp_all_float": self.mtp_all_float,
-            "moe_layers_checked": self.moe_layers_checked,
-            "moe_unquantized_layers": self.moe_unquantized_layers,
-        }
+        """The ``--json`` "quantization" object: the patches have their own, findings go up."""
+        data = {k: v for k, v in vars(self).items() if k not in ("needed", "disabled", "findings")}
+        data["parts"] = {p: {"schemes": s, "label": scheme_label(s)} for p, s in self.parts.items()}
+        return data
 
 
 def _check_moe(

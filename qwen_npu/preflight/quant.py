@@ -24,7 +24,15 @@ UB_AWARE = registry.get_patch("mamba-scatter-ub-aware").name
 #: sgl-kernel-npu's move_intermediate_cache default, which SGLang 0.5.23 never overrides.
 KERNEL_DEFAULT_H_BLOCK_SIZE = 2
 
-PARTS = tuple("attention linear_attention dense_mlp routed_experts shared_experts mtp other".split())
+PARTS = (
+    "attention",
+    "linear_attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "mtp",
+    "other",
+)
 _LINEAR_MODULES = frozenset({"w1", "w2", "w3", "fc"})
 
 

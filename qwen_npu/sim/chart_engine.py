@@ -9,6 +9,7 @@ its own, named by ``QWEN_NPU_CHART_RENDERS`` (read first).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Mapping
@@ -56,16 +57,22 @@ def _renders(path: str) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
         raise ChartProfileError(f"{path}: not a renders file ({exc}); {HOW_TO_RENDER}") from None
 
 
-def engine_args(profile: str, values: Mapping[str, Any]) -> tuple[str, ...]:
-    """The engine container's args the chart rendered for ``profile`` + ``values``."""
+def engine_keys(profile: str, values: Mapping[str, Any]) -> dict[str, str]:
+    """The simulator keys of ``ENGINE_FLAGS`` as the chart rendered them for ``profile`` +
+    ``values`` (kebab-case -> text); no speculative flag rendered (MTP off) is ``none``."""
     key = render_key(profile, values)
     path = os.environ.get(ENV_RENDERS, "")
-    files = [path] if path else []
     profiles: tuple[str, ...] = ()
-    for file in [*files, str(PACKAGED)]:
+    for file in [path, str(PACKAGED)] if path else [str(PACKAGED)]:
         renders, profiles = _renders(file)
         if key in renders:
-            return renders[key]
+            args = renders[key]
+            found = {"speculative-algorithm": "none"}
+            for flag, value in itertools.pairwise(args):
+                name = flag.removeprefix("--")
+                if flag.startswith("--") and name in ENGINE_FLAGS and not value.startswith("--"):
+                    found[name] = value
+            return found
     if profiles and profile not in profiles:
         raise ChartProfileError(
             f"chart-profile {profile!r}: the chart has no such profile; use one of: "
@@ -78,15 +85,3 @@ def engine_args(profile: str, values: Mapping[str, Any]) -> tuple[str, ...]:
         f"chart-profile {profile!r} with chart-values {dict(values)}: not in {where}; "
         f"{HOW_TO_RENDER}"
     )
-
-
-def engine_keys(profile: str, values: Mapping[str, Any]) -> dict[str, str]:
-    """The simulator keys of ``ENGINE_FLAGS`` as the chart renders them (kebab-case -> text);
-    no speculative flag rendered (MTP off) is ``speculative-algorithm: none``."""
-    args = engine_args(profile, values)
-    found: dict[str, str] = {"speculative-algorithm": "none"}
-    for i, arg in enumerate(args[:-1]):
-        key = arg.removeprefix("--")
-        if arg.startswith("--") and key in ENGINE_FLAGS and not args[i + 1].startswith("--"):
-            found[key] = args[i + 1]
-    return found

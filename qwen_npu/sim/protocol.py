@@ -230,30 +230,22 @@ class OpenAIStream:
         }
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
+    def _choice(self, piece: Any, finish: str | None = None) -> list[dict[str, Any]]:
+        key = "delta" if self.chat else "text"
+        choice = {"index": 0, key: piece, "logprobs": None, "finish_reason": finish}
+        return [{**choice, "matched_stop": None} if finish else choice]
+
     def event(self, ch: Chunk) -> bytes:
         """The SSE event(s) of one engine step: the new text, then the finish event."""
-        finished = ch.finished
-        ids = self.req.tokens.ids
-        delta = detokenize(ids[self.sent : ch.emitted])
+        delta = detokenize(self.req.tokens.ids[self.sent : ch.emitted])
         self.sent = ch.emitted
         out = b""
-        if self.chat:
-            if not self.started:
-                self.started = True
-                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-                out += self._event([{**role, "logprobs": None, "finish_reason": None}])
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": delta}, "logprobs": None}
-        else:
-            choice = {"index": 0, "text": delta, "logprobs": None}
-        choice["finish_reason"] = None
-        out += self._event([choice])
-        if finished:
-            if self.chat:
-                end = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
-            else:
-                end = {"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}
-            end["matched_stop"] = None
-            out += self._event([end])
+        if self.chat and not self.started:
+            self.started = True
+            out += self._event(self._choice({"role": "assistant", "content": ""}))
+        out += self._event(self._choice({"content": delta} if self.chat else delta))
+        if ch.finished:
+            out += self._event(self._choice({} if self.chat else "", "length"))
         return out
 
     def tail(self) -> bytes:

@@ -45,7 +45,7 @@ async def health(request: Request) -> Response:
     if sim.draining:
         return Response(status_code=503)
     while sim.faults.hang_health:
-        await sim.faults.changed.wait()
+        await sim.faults.next_change()
     if not sim.ready() or sim.draining:
         return Response(status_code=503)
     cfg = sim.cfg
@@ -158,16 +158,14 @@ async def metrics(request: Request) -> Response:
     delay = sim.faults.metrics_delay_s
     if delay:
         await asyncio.sleep(delay)
-    if sim.faults.metrics_malformed:
-        body = MALFORMED_EXPOSITION
-    else:
-        body = sim.metrics.render(sim.eng.gauges())
+    malformed = sim.faults.metrics_malformed
+    body = MALFORMED_EXPOSITION if malformed else sim.metrics.render(sim.eng.gauges())
     return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
 
 
 @router.get("/sim/faults")
 async def get_faults(request: Request) -> dict[str, Any]:
-    return sim_of(request).faults.as_dict()
+    return sim_of(request).faults.model_dump()
 
 
 @router.patch("/sim/faults")
@@ -178,7 +176,7 @@ async def patch_faults(request: Request) -> Response:
     except (FaultError, proto.BadRequest) as exc:
         return bad_request(str(exc))
     sim.faults.apply(changes)
-    log("warning", "faults_changed", changes=changes, now=sim.faults.as_dict())
+    log("warning", "faults_changed", changes=changes, now=sim.faults.model_dump())
     if "hang_generate" in changes:
         if changes["hang_generate"]:
             sim.eng.pause()
@@ -186,8 +184,8 @@ async def patch_faults(request: Request) -> Response:
             sim.eng.resume()
     if changes.get("crash"):
         asyncio.get_running_loop().call_later(0.05, crash, "PATCH /sim/faults crash=true")
-        return JSONResponse({**sim.faults.as_dict(), "crash": True}, status_code=202)
-    return JSONResponse(sim.faults.as_dict())
+        return JSONResponse({**sim.faults.model_dump(), "crash": True}, status_code=202)
+    return JSONResponse(sim.faults.model_dump())
 
 
 @router.get("/sim/stats")

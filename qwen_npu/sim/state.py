@@ -12,14 +12,13 @@ import asyncio
 import functools
 import itertools
 import logging
-import math
 import os
 import random
 import time
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from qwen_npu.log import PartLog
 from qwen_npu.sim import protocol as proto
@@ -31,62 +30,53 @@ from qwen_npu.sim.tokens import stream_for
 
 log = PartLog("sim")
 
-_BOOLS = ("hang_health", "hang_generate", "metrics_malformed", "garbled", "crash")
-
 
 class FaultError(ValueError):
     """A bad PATCH body; the message names the key and the fix."""
 
 
-@dataclass
-class Faults:
-    """Current fault switches; ``changed`` is set (and replaced) on every update."""
+class Faults(BaseModel):
+    """The current fault switches, checked strictly (``true``, not ``"yes"``)."""
 
-    error_rate: float = 0.0
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    error_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
     hang_health: bool = False
     hang_generate: bool = False
-    metrics_delay_s: float = 0.0
+    metrics_delay_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     metrics_malformed: bool = False
     garbled: bool = False
-    changed: asyncio.Event = field(
-        default_factory=asyncio.Event, init=False, repr=False, compare=False
-    )
+    crash: bool = False  # PATCH only: the process exits 1 at once
+    _changed: asyncio.Event = PrivateAttr(default_factory=asyncio.Event)
 
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Faults:
-        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if f.init})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.init}, "crash": False}
+        return cls(**{k: getattr(cfg, k) for k in cls.model_fields if k != "crash"})
 
     def parse_patch(self, body: Any) -> dict[str, Any]:
-        """Validate a PATCH body into {key: value}; FaultError on an unknown key or bad value."""
+        """Validate a PATCH body into {key: value}; FaultError names the first bad key."""
         if not isinstance(body, dict):
             raise FaultError('body must be a JSON object such as {"hang_health": true}')
-        known = set(self.as_dict())
-        out: dict[str, Any] = {}
-        for key, value in body.items():
-            if key not in known:
-                raise FaultError(f"unknown fault {key!r}; known: {', '.join(sorted(known))}")
-            if key in _BOOLS:
-                if not isinstance(value, bool):
-                    raise FaultError(f"{key}: {value!r} must be true or false")
-            else:
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                if not ok or not math.isfinite(float(value)) or float(value) < 0:
-                    raise FaultError(f"{key}: {value!r} must be a number >= 0")
-                if key == "error_rate" and float(value) > 1:
-                    raise FaultError(f"error_rate: {value!r} must lie in 0..1")
-                value = float(value)
-            out[key] = value
-        return out
+        try:
+            checked = Faults.model_validate({**self.model_dump(), **body})
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            key = err["loc"][0]
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(Faults.model_fields)
+                raise FaultError(f"unknown fault {key!r}; known: {known}") from None
+            raise FaultError(f"{key}: {err['input']!r}: {err['msg'].lower()}") from None
+        return {k: getattr(checked, k) for k in body}
 
     def apply(self, changes: dict[str, Any]) -> None:
         for key, value in changes.items():
             if key != "crash":
                 setattr(self, key, value)
-        old, self.changed = self.changed, asyncio.Event()
+        old, self._changed = self._changed, asyncio.Event()
         old.set()
+
+    async def next_change(self) -> None:
+        await self._changed.wait()
 
 
 def crash(reason: str) -> None:

@@ -227,8 +227,7 @@ class LoopFigures:
 
 
 def profile_config(profile: str) -> SimConfig:
-    cfg, _ = build({}, profile=profile, env={})
-    return cfg
+    return build(profile=profile, env={})[0]
 
 
 def closed_loop(

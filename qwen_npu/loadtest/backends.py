@@ -166,11 +166,8 @@ class Backend(ABC):
 
 
 def iter_lines(resp: requests.Response) -> Iterator[bytes]:
-    """Lines of a streamed response, each yielded as soon as its bytes arrive.
-
-    Reads urllib3's raw stream (one item per HTTP chunk; an SSE event usually is one chunk) and
-    splits on newlines itself: fewer layers per token than ``Response.iter_lines``.
-    """
+    """Lines of a streamed response as their bytes arrive, from urllib3's raw stream (one item
+    per HTTP chunk): fewer layers per token than ``Response.iter_lines``."""
     pending = b""
     for chunk in resp.raw.stream(None, decode_content=True):
         if pending:
@@ -254,14 +251,10 @@ def _int_after(data: bytes, key: bytes) -> int | None:
 
 
 def scan_generate_chunk(data: bytes) -> tuple[bool, int | None, int | None] | None:
-    """(carries text, completion_tokens, spec_verify_ct) of one ``/generate`` chunk.
-
-    SGLang serialises each chunk as compact JSON starting with the cumulative ``text``; decoding
-    all of it per chunk (the text grows with every token) is most of a streaming client's CPU. The
-    fast path reads the three fields by position; anything else is decoded as JSON. An error
-    object returns None. Keys inside the generated text are escaped (``\\"``), so they never
-    match the unescaped ``"completion_tokens":``.
-    """
+    """(carries text, completion_tokens, spec_verify_ct) of one ``/generate`` chunk; None for an
+    error object. Decoding the whole compact JSON per chunk (its cumulative text grows with every
+    token) is most of a streaming client's CPU, so the fields are read by position; keys inside the
+    text are escaped (``\\"``) and never match. Any other shape is decoded as JSON."""
     if data.startswith(_TEXT_KEY):
         has_text = not data.startswith(b'{"text":""')
         return has_text, _int_after(data, _COMPLETION_KEY), _int_after(data, _VERIFY_KEY)

@@ -128,10 +128,8 @@ def serve_tickets(runner: MasterRunner, tickets: Callable[[], int | None]) -> No
 
 def fire_stats(environment: Environment, backend: Backend, out: RequestOutput) -> None:
     """Report E2E and TTFT to locust's own statistics (its UI, CSV and HTML reports)."""
-    fired = [("E2E", out.latency, out.output_len)] + (
-        [("TTFT", out.ttft, 0)] if out.success else []
-    )
-    for kind, seconds, length in fired:
+    timings = [("E2E", out.latency, out.output_len), ("TTFT", out.ttft, 0)]
+    for kind, seconds, length in timings[: 2 if out.success else 1]:
         environment.events.request.fire(  # type: ignore[no-untyped-call]
             request_type=kind,
             name=backend.path,
@@ -167,13 +165,8 @@ class BenchUser(HttpUser):
         index = state.next_ticket()
         if index is None:
             raise StopUser()
-        row = state.rows[index]
-        inp = RequestInput(
-            base_url=self.host or state.config.target,
-            row=row,
-            model=state.config.model,
-            index=index,
-        )
+        url = self.host or state.config.target
+        inp = RequestInput(url, state.rows[index], state.config.model, index)
         out = state.backend.request(self.stream_session, inp)
         fire_stats(self.environment, state.backend, out)
         state.sink(out)

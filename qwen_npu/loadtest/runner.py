@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import gevent  # type: ignore[import-untyped]
+from gevent.event import Event  # type: ignore[import-untyped]
 from locust.env import Environment
 from locust.runners import MasterRunner
 
@@ -112,19 +112,8 @@ class Collector:
 
 def _start_workers(config: BenchConfig, port: int) -> list[subprocess.Popen[bytes]]:
     env = dict(os.environ, **{ENV_VAR: config.to_json(), "QWEN_NPU_BENCH_TARGET": config.target})
-    locust_bin = Path(sys.executable).with_name("locust")
-    cmd = [str(locust_bin)] if locust_bin.exists() else [sys.executable, "-m", "locust"]
-    cmd += [
-        "-f",
-        lf.__file__,
-        "--worker",
-        "--master-host",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "--loglevel",
-        "WARNING",
-    ]
+    cmd = [sys.executable, "-m", "locust", "-f", lf.__file__, "--worker", "--loglevel", "WARNING"]
+    cmd += ["--master-host", "127.0.0.1", "--master-port", str(port)]
     return [processes.start(cmd, env=env, inherit_output=True) for _ in range(config.workers)]
 
 
@@ -167,13 +156,9 @@ def run(config: BenchConfig) -> RunResult:
         # Every user's connection open before the clock starts (workers open theirs at start).
         state.prewarm(config.target, config.concurrency)
 
-    stop = {"flag": False}
-
-    def on_signal() -> None:
-        stop["flag"] = True
-
-    gevent.signal_handler(signal.SIGINT, on_signal)
-    gevent.signal_handler(signal.SIGTERM, on_signal)
+    stop = Event()
+    gevent.signal_handler(signal.SIGINT, stop.set)
+    gevent.signal_handler(signal.SIGTERM, stop.set)
 
     say(
         "measure",
@@ -187,7 +172,7 @@ def run(config: BenchConfig) -> RunResult:
     t0 = time.perf_counter()
     runner.start(config.concurrency, spawn_rate=max(config.concurrency, 1) * 1000)
     last_report = t0
-    while collector.done_at is None and not stop["flag"]:
+    while collector.done_at is None and not stop.is_set():
         gevent.sleep(0.05)
         now = time.perf_counter()
         if now - last_report >= PROGRESS_EVERY_S:
@@ -209,7 +194,7 @@ def run(config: BenchConfig) -> RunResult:
             )
             break
     end = collector.done_at or time.perf_counter()
-    interrupted = stop["flag"] and collector.done_at is None
+    interrupted = stop.is_set() and collector.done_at is None
     tickets.stopped = True
     after = scrape(config.target)
     info = server_info(config)

@@ -44,17 +44,16 @@ class WireSession:
     def warm(self, path: str = "/v1/models") -> WireSession:
         """Open the connection now (before the clock runs) with one small GET; errors ignored."""
         try:
-            self.get(path)
+            for _ in self.send(self.request_bytes("GET", path))[1]:
+                pass
         except OSError:
             self.close()
         return self
 
     def close(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
 
     def request_bytes(self, method: str, path: str, body: bytes = b"") -> bytes:
         head = self._heads.get(path)
@@ -64,11 +63,6 @@ class WireSession:
                 "Accept: */*\r\nContent-Type: application/json\r\nContent-Length: "
             ).encode()
         return head + str(len(body)).encode() + b"\r\n\r\n" + body
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        """A plain GET; the whole body."""
-        status, lines = self.send(self.request_bytes("GET", path))
-        return status, b"\n".join(lines)
 
     def send(self, data: bytes) -> tuple[int, Iterator[bytes]]:
         """Send a prepared request; (status, the body's lines as they arrive).

@@ -108,26 +108,15 @@ def test_urls_must_cover_every_setting() -> None:
         parse_urls("off=http://a:1", settings)
 
 
-def _compare(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _verb(verb: str, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "qwen_npu", verb, *args]
     return subprocess.run(
-        [sys.executable, "-m", "qwen_npu", "bench-compare", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
+        cmd, capture_output=True, text=True, timeout=300, cwd=REPO, stdin=subprocess.DEVNULL
     )
 
 
-def _tune(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "qwen_npu", "mtp-tune", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-    )
+def _compare(*args: str) -> subprocess.CompletedProcess[str]:
+    return _verb("bench-compare", *args)
 
 
 def _one_line(stderr: str) -> str:
@@ -181,10 +170,10 @@ def test_different_tokenizers_are_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_bad_tune_input_is_one_line() -> None:
-    proc = _tune("--settings", "off")
+    proc = _verb("mtp-tune", "--settings", "off")
     assert proc.returncode == 2
     assert "two or more" in _one_line(proc.stderr)
-    proc = _tune("--settings", "off 3", "--profile", "no-such-profile")
+    proc = _verb("mtp-tune", "--settings", "off 3", "--profile", "no-such-profile")
     assert proc.returncode == 2 and "no-such-profile" in _one_line(proc.stderr)
 
 

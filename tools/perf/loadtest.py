@@ -1,15 +1,10 @@
 """``make perf-loadtest``: both clients against an independent truth server; one process's capacity.
 
-Part 1 (accuracy): the truth server (fixtures/truth_server.py: no simulator code; first
-token 50 ms after it read the request line, then one every 10 ms; 256 tokens in, 100 out) logs per
-request when it received it and when it emitted the first and last token. ``qwen-npu bench`` and
-``sglang.benchmark.serving`` run the same dataset at CONC 1, 10 and 64, alternating, REPS times
-each; each run's error is the client's mean figure minus the server's own mean over the same
-requests (TTFT: receive to first emit; TPOT; E2E: receive to last emit; throughput against the
-server's span). Every cell reports the median error and its range over the repeats, and a verdict
-only where the two tools' ranges do not overlap. Part 2 (capacity): one locust process against the
-simulator, concurrency rising until the timings drift, with the client's CPU per streamed token.
-Client and servers share this machine's cores (other work included): the report says the load.
+Accuracy: ``qwen-npu bench`` and ``sglang.benchmark.serving`` alternate against
+fixtures/truth_server.py (no simulator code), which logs when it received each request and emitted
+its tokens; a run's error is the client's mean minus the server's own over the same requests, a
+verdict only where the tools' ranges over the repeats do not overlap. Capacity: one locust process
+against the simulator, concurrency rising until the timings drift. The report says the load.
 """
 
 from __future__ import annotations

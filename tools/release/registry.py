@@ -58,7 +58,8 @@ class Target:
 CHART_REPO = "charts"  # the chart's repository under the namespace: CHART_REPO/qwen-npu
 CHART = f"{CHART_REPO}/qwen-npu"
 _UNREACHABLE = re.compile(r"connection refused|no such host|dial tcp|i/o timeout|no route", re.I)
-_ABSENT = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
+_ABSENT = re.compile(r"manifest unknown|name unknown|not found|\b404\b", re.I)
+_REFUSED = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b", re.I)
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Registry:
         reason = re.sub(r'^time=.*?msg="(.*)"$', r"\1", lines[-1]).replace('\\"', '"')
         if absent_ok and _ABSENT.search(reason):
             return None
-        if re.search(r"unauthorized|authentication required|denied|401|403", reason, re.I):
+        if _REFUSED.search(reason):
             if not self.auth_file:
                 raise ReleaseError(
                     f"registry {self.host}: authentication required and no credential given; "

@@ -64,6 +64,13 @@ class _Hub:
         self.token = os.environ.get(self.TOKEN_ENV) or None
         self._session: Any = None
 
+    def _no_repo(self, endpoint: str) -> FetchError:
+        return FetchError(
+            f"{self.source}: no repository {self.source.repo!r} at {endpoint} (or it is private "
+            f"and {credential_origin(self.TOKEN_ENV)} has no access); check the name",
+            EXIT_BAD_INPUT,
+        )
+
     @contextmanager
     def stream(self, url: str, headers: dict[str, str], what: str, offset: int) -> Iterator[Stream]:
         """The file's bytes from ``offset``, 1 MiB at a time, through one requests session.
@@ -93,7 +100,8 @@ class _Hub:
         except errors as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
         try:
-            start = _start(resp.status_code, offset)
+            # Where the bytes begin (a server may ignore the range); None: an error status.
+            start = {206: offset, 200: 0, 416: None if offset else 0}.get(resp.status_code)
             if start is None:
                 raise _status_error(self.source, resp.status_code, what, self.TOKEN_ENV)
             yield Stream(start, _guard(resp.raw.stream(CHUNK, decode_content=False), errors))
@@ -139,11 +147,7 @@ class HuggingFace(_Hub):
             status = exc.response.status_code if exc.response is not None else 404
             if status == 401 and self.token:
                 raise _auth_error(self.source, status, self.TOKEN_ENV) from None
-            raise FetchError(
-                f"{self.source}: no repository {self.source.repo!r} at {self.endpoint} (or it is "
-                f"private and {credential_origin(self.TOKEN_ENV)} has no access); check the name",
-                EXIT_BAD_INPUT,
-            ) from None
+            raise self._no_repo(self.endpoint) from None
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else 0
             raise _status_error(self.source, status, "model info", self.TOKEN_ENV) from None
@@ -211,12 +215,7 @@ class ModelScope(_Hub):
             status = 401 if isinstance(exc, AuthenticationError) else 403
             raise _auth_error(self.source, status, self.TOKEN_ENV) from None
         except NotExistError:
-            raise FetchError(
-                f"{self.source}: no repository {self.source.repo!r} at "
-                f"{self.api.legacy.endpoint} (or it is private and "
-                f"{credential_origin(self.TOKEN_ENV)} has no access); check the name",
-                EXIT_BAD_INPUT,
-            ) from None
+            raise self._no_repo(self.api.legacy.endpoint) from None
         except (NetworkError, ServerError, RateLimitError) as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
 
@@ -267,16 +266,6 @@ class ModelScope(_Hub):
             headers["Cookie"] = f"m_session_id={self.token}"
         with self.stream(url, headers, f.path, offset) as s:
             yield s
-
-
-def _start(status: int, offset: int) -> int | None:
-    if status == 206:
-        return offset
-    if status == 200:
-        return 0
-    if status == 416:  # the partial file is longer than the object: start over
-        return 0 if offset == 0 else None
-    return None
 
 
 def _guard(

@@ -70,6 +70,12 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     return wall, float(cpu), int(rss), proc.stderr
 
 
+def _row(label: str, gb: float, wall: float, cpu: float, rss: int) -> str:
+    """One fetch's table row: throughput, CPU seconds per GB, peak RSS."""
+    speed = gb * GB / MB / wall
+    return f"| {label} | {gb:g} GB | {speed:.0f} MB/s | {cpu / gb:.2f} s | {rss / 2**20:.0f} MiB |"
+
+
 def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
     big = tmp / "big.safetensors"
     _random_file(big, int(FETCH_GB * GB))
@@ -78,12 +84,8 @@ def _hub_rows(tmp: Path, env: dict[str, str]) -> list[str]:
         env = {**env, "HF_ENDPOINT": hub.url, "MODELSCOPE_ENDPOINT": hub.url}
         for scheme in ("hf", "modelscope"):
             dest = tmp / f"dest-{scheme}"
-            wall, cpu, rss, _ = _run([f"{scheme}://org/big", str(dest), "--no-preflight"], env)
-            size = FETCH_GB * GB
-            rows.append(
-                f"| {scheme}:// (test hub) | {FETCH_GB:g} GB | {size / MB / wall:.0f} MB/s "
-                f"| {cpu / (size / GB):.2f} s | {rss / 2**20:.0f} MiB |"
-            )
+            run = _run([f"{scheme}://org/big", str(dest), "--no-preflight"], env)
+            rows.append(_row(f"{scheme}:// (test hub)", FETCH_GB, *run[:3]))
             again, _, _, _ = _run([f"{scheme}://org/big", str(dest), "--no-preflight"], env)
             rows.append(
                 f"| {scheme}:// second run (complete DEST) | 0 B | {again:.2f} s wall | | |"
@@ -123,14 +125,8 @@ def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
         _random_file(src, int(S3_GB * GB))
         s3.upload_file(str(src), "perf", "m/model.safetensors")
         src.unlink()
-        wall, cpu, rss, _ = _run(
-            ["s3://perf/m", str(tmp / "dest-s3"), "--no-preflight"], {**env, **creds}
-        )
-        size = S3_GB * GB
-        return [
-            f"| s3:// (moto) | {S3_GB:g} GB | {size / MB / wall:.0f} MB/s "
-            f"| {cpu / (size / GB):.2f} s | {rss / 2**20:.0f} MiB |"
-        ]
+        run = _run(["s3://perf/m", str(tmp / "dest-s3"), "--no-preflight"], {**env, **creds})
+        return [_row("s3:// (moto)", S3_GB, *run[:3])]
     finally:
         server.kill()
         server.wait()

@@ -12,13 +12,9 @@ AscendC chunk op (``torch.ops.npu.chunk_gated_delta_rule``) for prefill and the 
   csrc/recurrent_gated_delta_rule) and its host checks no dtype: an fp32 state is read as bf16
   bytes, which garbles the output without an error (SGLang issue #40419).
 
-The Qwen3.5/3.6 checkpoints' config.json says ``mamba_ssm_dtype: float32`` and SGLang 0.5.23
-forces nothing on NPU, so the chart passes ``--mamba-ssm-dtype bfloat16`` by default. Preflight,
-the patches' GDN contract check and the chart's docs read the chip's rules from here. Standard
-library only.
-
-The chip reaches the engine's processes as ``QWEN_NPU_CHIP`` (the chart renders it from
-``npu.chip``); preflight takes ``--chip``.
+The checkpoints' config.json says ``mamba_ssm_dtype: float32`` and SGLang 0.5.23 forces nothing on
+NPU, so the chart passes ``--mamba-ssm-dtype bfloat16``. Preflight and the GDN contract read the
+rules here; the chip reaches the engine as ``QWEN_NPU_CHIP`` (the chart's ``npu.chip``).
 """
 
 from __future__ import annotations
@@ -56,26 +52,15 @@ def chip_from_env(environ: Mapping[str, str] | None = None) -> str:
     return normalise(env.get(ENV_CHIP, "")) or DEFAULT_CHIP
 
 
-def ssm_state_dtype_supported(chip: str, dtype: str) -> bool:
-    """Whether SGLang 0.5.23's Ascend GDN prefill op on ``chip`` takes an SSM state of ``dtype``.
-
-    bfloat16 works everywhere; float32 only where the chunk op takes it (and there the bf16-only
-    verify op still limits MTP: ``verify_op_limit``, and the GDN contract's ``verify_op`` link).
-    """
-    if dtype == "bfloat16":
-        return True
-    if dtype == "float32":
-        return (normalise(chip) or chip) in FP32_STATE_CHIPS
-    return False
-
-
 def prefill_op_limit(chip: str, dtype: str) -> str | None:
-    """Why the prefill op on ``chip`` cannot take a ``dtype`` state (None when it can)."""
-    if ssm_state_dtype_supported(chip, dtype):
-        return None
-    if dtype == "float32":
+    """Why the prefill op on ``chip`` cannot take a ``dtype`` state (None when it can): bfloat16
+    works everywhere, float32 only where the chunk op takes it (MTP is still bf16-only:
+    ``verify_op_limit``)."""
+    if dtype == "float32" and (normalise(chip) or chip) not in FP32_STATE_CHIPS:
         return f"the prefill op {PREFILL_OP} takes a float32 state only on Ascend950"
-    return f"the prefill op {PREFILL_OP} takes a bfloat16 or float32 state only"
+    if dtype not in ("bfloat16", "float32"):
+        return f"the prefill op {PREFILL_OP} takes a bfloat16 or float32 state only"
+    return None
 
 
 def verify_op_limit(dtype: str) -> str | None:

@@ -1,25 +1,12 @@
 """The node's Ascend driver (HDK) against the oldest one the image's CANN supports.
 
-Why this exists: the engine image is CANN 9.1.0, and CANN 9.1.x supports Ascend HDK 25.2.x and
-later (25.0.x is marked unsupported, older ones are not listed). Nothing else reads the node's
+Why this exists: CANN 9.1.x supports HDK 25.2.x and later, and nothing else reads the node's
 driver version, so a node on an older HDK fails deep inside torch_npu minutes into the start. The
-entrypoint (bash, before SGLang starts) and preflight (this module) make the same comparison; a CANN
-8.x image is no way out, since sgl-kernel-npu's releases are built for CANN 9.0.0 and 9.1.0 only.
-
-The minimum comes from docker/versions.env (``CANN_MIN_HDK_VERSION``), which the image bakes as
-``QWEN_NPU_MIN_HDK_VERSION``; outside the image it is unset and nothing is compared. The driver's
-``version.info`` (``/usr/local/Ascend/driver/version.info``; no Ascend runtime mounts it, so the
-chart mounts the node's file read-only into the engine and preflight containers at
-``npu.driverVersionFile``, ``QWEN_NPU_DRIVER_VERSION_FILE``) reads like::
-
-    Version=25.2.0
-    ascendhal_version=7.35.23
-    ...
-    package_version=25.2.0
-
-``package_version`` wins where both are there (some installs write a component version such as
-``7.35.23`` under ``Version``). Versions are compared by MAJOR.MINOR: ``25.2.rc1`` and ``25.2.0``
-both meet 25.2. Standard library only (it runs in the engine image's preflight).
+entrypoint (bash) and preflight (this module) make the same comparison, by MAJOR.MINOR, of the
+image's ``QWEN_NPU_MIN_HDK_VERSION`` (docker/versions.env ``CANN_MIN_HDK_VERSION``; unset outside
+the image: nothing compared) with the node's ``version.info`` (mounted by the chart at
+``npu.driverVersionFile``): its ``package_version=25.2.0``, else ``Version=``, since some installs
+write a component version such as ``7.35.23`` under ``Version``. Standard library only.
 """
 
 from __future__ import annotations
@@ -37,8 +24,6 @@ ENV_FILE = "QWEN_NPU_DRIVER_VERSION_FILE"
 ENV_LABEL = "QWEN_NPU_HDK_NODE_LABEL"
 DEFAULT_FILE = "/usr/local/Ascend/driver/version.info"
 DEFAULT_LABEL = "qwen-npu.io/ascend-hdk"
-
-_MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)")
 
 OK = "ok"
 UNSUPPORTED = "unsupported"
@@ -91,7 +76,7 @@ def read_version(path: str | os.PathLike[str]) -> str | None:
 
 
 def major_minor(version: str) -> tuple[int, int] | None:
-    match = _MAJOR_MINOR.match(version)
+    match = re.match(r"(\d+)\.(\d+)", version)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
@@ -104,7 +89,7 @@ def check(environ: Mapping[str, str] | None = None) -> DriverCheck:
     if needed is None:
         return DriverCheck(NOT_CHECKED, file, None, None, label)
     need = major_minor(needed)
-    if need is None or not re.fullmatch(r"\d+\.\d+", needed):
+    if not re.fullmatch(r"\d+\.\d+", needed) or need is None:
         raise ValueError(f"{ENV_MIN}={needed!r} is not MAJOR.MINOR (docker/versions.env)")
     try:
         installed = read_version(file)

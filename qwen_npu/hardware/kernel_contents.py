@@ -77,45 +77,19 @@ class InputError(Exception):
 # ------------------------------------------------------------------------- what SGLang needs
 
 
-def _optional(handlers: Iterable[ast.ExceptHandler]) -> bool:
-    for handler in handlers:
-        names = []
-        if isinstance(handler.type, ast.Name):
-            names = [handler.type.id]
-        elif isinstance(handler.type, ast.Tuple):
-            names = [e.id for e in handler.type.elts if isinstance(e, ast.Name)]
-        if handler.type is None or {"ImportError", "ModuleNotFoundError", "Exception"} & set(names):
-            return True
-    return False
-
-
-def _module_level(body: list[ast.stmt]) -> Iterable[ast.stmt]:
-    """Statements that run at import: the body and its if/else branches, not try-optional ones."""
-    for stmt in body:
-        yield stmt
-        if isinstance(stmt, ast.If):
-            yield from _module_level(stmt.body)
-            yield from _module_level(stmt.orelse)
-        elif isinstance(stmt, ast.Try) and not _optional(stmt.handlers):
-            yield from _module_level(stmt.body)
-
-
 def sglang_needs(sglang_root: Path) -> list[Need]:
     """The sgl_kernel_npu modules and names PATH_FILES import at module level."""
     needs = []
     for rel in PATH_FILES:
-        path = sglang_root / rel
-        tree = _parse(path)
-        for stmt in _module_level(tree.body):
-            if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").split(".")[0] == (
-                KERNEL_PACKAGE
-            ):
-                names = tuple(a.name for a in stmt.names if a.name != "*")
-                needs.append(Need(str(stmt.module), names, f"{rel}:{stmt.lineno}"))
+        for stmt in source.module_level(_parse(sglang_root / rel).body):
+            at = f"{rel}:{stmt.lineno}"
+            if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                if stmt.module.partition(".")[0] == KERNEL_PACKAGE:
+                    names = tuple(a.name for a in stmt.names if a.name != "*")
+                    needs.append(Need(stmt.module, names, at))
             elif isinstance(stmt, ast.Import):
-                for alias in stmt.names:
-                    if alias.name.split(".")[0] == KERNEL_PACKAGE:
-                        needs.append(Need(alias.name, (), f"{rel}:{stmt.lineno}"))
+                kernel = [a.name for a in stmt.names if a.name.partition(".")[0] == KERNEL_PACKAGE]
+                needs += [Need(name, (), at) for name in kernel]
     return needs
 
 
@@ -207,36 +181,6 @@ class KernelFiles:
         return bool(self._files)
 
 
-def _defined(source: bytes) -> tuple[set[str], bool]:
-    """Top-level names a module defines, and whether it may define more (``*``, ``__getattr__``)."""
-    tree = ast.parse(source)
-    names: set[str] = set()
-    open_ended = False
-    for stmt in _module_level(tree.body):
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(stmt.name)
-            open_ended |= stmt.name == "__getattr__"
-        elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for target in targets:
-                for node in ast.walk(target):
-                    if isinstance(node, ast.Name):
-                        names.add(node.id)
-        elif isinstance(stmt, ast.Import | ast.ImportFrom):
-            for alias in stmt.names:
-                if alias.name == "*":
-                    open_ended = True
-                else:
-                    names.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(stmt, ast.Try):  # names bound in an optional try are bound too
-            for sub in ast.walk(stmt):
-                if isinstance(sub, ast.FunctionDef | ast.ClassDef):
-                    names.add(sub.name)
-                elif isinstance(sub, ast.alias):
-                    names.add(sub.asname or sub.name.split(".")[0])
-    return names, open_ended
-
-
 def _schema_pattern(op: str) -> re.Pattern[bytes]:
     return re.compile(
         rb"(?<![A-Za-z0-9_])"
@@ -280,7 +224,7 @@ def check(sglang_root: Path, kernel: KernelFiles) -> Verdict:
             continue
         if not rel.endswith(".py") or not need.names:
             continue
-        defined, open_ended = _defined(kernel.read(rel))
+        defined, open_ended = source.defined_names(ast.parse(kernel.read(rel)))
         absent = [n for n in need.names if n not in defined]
         if absent and not open_ended:
             verdict.missing.append(
@@ -309,30 +253,12 @@ def check(sglang_root: Path, kernel: KernelFiles) -> Verdict:
 # -------------------------------------------------------------------- registered at engine start
 
 
-@dataclass
-class Registered:
-    """What the engine-start lookup did: the ops it did not find, what it imported first."""
-
-    missing: list[str]
-    imported: list[str]
-    libraries: list[str]
-
-
 class ImportFailed(Exception):
     """A module SGLang imports on the path does not import here (names it)."""
 
     def __init__(self, module: str, error: BaseException) -> None:
         super().__init__(f"{module}: {type(error).__name__}: {error}")
         self.module = module
-
-
-def imports_before_lookup(needs: Sequence[Need]) -> list[str]:
-    """torch_npu, the kernel package, then each module SGLang's path imports, once, in order."""
-    order = ["torch_npu", KERNEL_PACKAGE]
-    for need in needs:
-        if need.module not in order:
-            order.append(need.module)
-    return order
 
 
 def loaded_libraries(maps: Path = Path("/proc/self/maps")) -> list[str]:
@@ -356,23 +282,23 @@ def loaded_libraries(maps: Path = Path("/proc/self/maps")) -> list[str]:
     return sorted(found)
 
 
-def registered_missing(ops: Sequence[str], needs: Sequence[Need] = ()) -> Registered:
-    """The ops of ``ops`` that ``torch.ops.npu`` does not have once what SGLang imports on the
-    path is imported (``imports_before_lookup``). Raises ImportFailed naming the module that
-    does not import."""
+def registered_missing(ops: Sequence[str], needs: Sequence[Need] = ()) -> dict[str, list[str]]:
+    """``missing``: the ops ``torch.ops.npu`` lacks once torch_npu, the kernel package and each
+    module SGLang's path imports are imported, in that order (``imported``); ``libraries``: the
+    kernel libraries then mapped. Raises ImportFailed naming a module that does not import."""
 
     # lazy: the engine's stack (torch, SGLang), not the base install's
     import torch
 
     imported = []
-    for module in imports_before_lookup(needs):
+    for module in dict.fromkeys(["torch_npu", KERNEL_PACKAGE, *(n.module for n in needs)]):
         try:
             importlib.import_module(module)
         except Exception as exc:  # an import runs the module: any error stops the same start
             raise ImportFailed(module, exc) from exc
         imported.append(module)
     missing = [op for op in ops if not hasattr(torch.ops.npu, op)]
-    return Registered(missing, imported, loaded_libraries())
+    return {"missing": missing, "imported": imported, "libraries": loaded_libraries()}
 
 
 # ------------------------------------------------------------------------------------------ CLI
@@ -396,13 +322,12 @@ def _registered(site: Path) -> int:
             "imports them (docs/images.md)",
         )
         return 1
-    searched = {"imported": ",".join(found.imported), "libraries": ",".join(found.libraries)}
-    searched["libraries"] = searched["libraries"] or "none"
-    if found.missing:
+    searched = {key: ",".join(found[key]) or "none" for key in ("imported", "libraries")}
+    if found["missing"]:
         _say(
             "error",
             "npu_op_missing",
-            ops=",".join(found.missing),
+            ops=",".join(found["missing"]),
             **searched,
             next=f"the installed {KERNEL_PACKAGE} does not register them: rebuild the image "
             "with the pinned release (docs/images.md)",

@@ -7,15 +7,11 @@ default of 2 asks for 2,097,152 bits of a 1,572,864-bit UB on fp32 128x128 state
 request dies with ``ub overflow``. One pure rule, shared by the runtime patch
 (``mamba-scatter-ub-aware``), ``qwen-npu ub-plan``, the preflight and the sidecar's predicted plan.
 
-Contract (docs/architecture.md): ``plan(value_head_dim, key_head_dim, dtype, num_heads=None,
-ub_bytes=196608, buffers=2) -> UbPlan``; ``h_block_size`` is the largest power of two h (h <=
-num_heads, when num_heads is known) whose buffered tile fits; at least 1.
-
-h need not divide num_heads: the kernel loops over H in steps of h with a mask ``h < H`` (checked
-under Triton's CPU interpreter, sgl-kernel-npu tag 2026.08.21), so a last, partly masked block is
-moved correctly, and fewer, larger blocks mean fewer loop steps (bf16 100x100 with H=3 gets 2, not
-1). h stays a power of two (``tl.arange`` compiles only for one) and at most H (a block beyond H
-would spend UB on rows that are all masked).
+The contract: docs/architecture.md. h need not divide num_heads: the kernel loops over H in steps
+of h with a mask ``h < H`` (checked under Triton's CPU interpreter, sgl-kernel-npu tag 2026.08.21),
+so a last, partly masked block is moved correctly, and fewer, larger blocks mean fewer loop steps
+(bf16 100x100 with H=3 gets 2, not 1). h stays a power of two (``tl.arange`` compiles only for
+one) and at most H (a block beyond H would spend UB on rows that are all masked).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from qwen_npu.cli_parser import OneLineParser, fail, positive_int
@@ -33,15 +29,11 @@ DEFAULT_UB_BYTES = 196_608
 #: The compiler's multi-buffer pass keeps two copies of a tile.
 DEFAULT_BUFFERS = 2
 
-#: Bytes per element of the state dtypes SGLang can use for the mamba SSM state.
+#: Bytes per element of the state dtypes SGLang can use for the mamba SSM state, and other
+#: spellings of them (``fp32``, ``torch.bfloat16``).
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
-_DTYPE_ALIASES: dict[str, str] = {
-    "fp32": "float32",
-    "float": "float32",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "half": "float16",
-}
+_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
+            "half": "float16"}  # fmt: skip
 
 
 class UbPlanError(ValueError):
@@ -53,17 +45,6 @@ def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def normalize_dtype(dtype: object) -> str:
-    """``'float32'`` for ``'float32'``, ``'fp32'``, ``torch.float32``; UbPlanError otherwise."""
-    text = str(dtype).strip().lower().removeprefix("torch.")
-    text = _DTYPE_ALIASES.get(text, text)
-    if text not in DTYPE_BYTES:
-        raise UbPlanError(
-            f"dtype {dtype!s}: not a mamba state dtype; use one of {', '.join(DTYPE_BYTES)}"
-        )
-    return text
-
-
 @dataclass(frozen=True)
 class UbPlan:
     """The chosen block size and the bytes it needs; ``as_dict()`` is the contract's shape."""
@@ -72,38 +53,17 @@ class UbPlan:
     tile_bytes: int
     buffered_bytes: int
     ub_bytes: int
+    headroom_bytes: int  # ub - buffered, may be negative
     fits: bool
-    plane_overflow: bool
+    plane_overflow: bool  # one (V, K) plane, buffered, alone exceeds the budget
     value_head_dim: int
     key_head_dim: int
     dtype: str
     buffers: int
     num_heads: int | None
 
-    @property
-    def headroom_bytes(self) -> int:
-        return self.ub_bytes - self.buffered_bytes
-
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "h_block_size": self.h_block_size,
-            "tile_bytes": self.tile_bytes,
-            "buffered_bytes": self.buffered_bytes,
-            "ub_bytes": self.ub_bytes,
-            "headroom_bytes": self.headroom_bytes,
-            "fits": self.fits,
-            "plane_overflow": self.plane_overflow,
-            "value_head_dim": self.value_head_dim,
-            "key_head_dim": self.key_head_dim,
-            "dtype": self.dtype,
-            "buffers": self.buffers,
-            "num_heads": self.num_heads,
-        }
-
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise UbPlanError(f"{name}={value!r}: must be a positive integer")
+        return asdict(self)
 
 
 def plan(
@@ -115,32 +75,30 @@ def plan(
     buffers: int = DEFAULT_BUFFERS,
 ) -> UbPlan:
     """Pick the largest power-of-two ``h_block_size`` whose buffered tile fits ``ub_bytes``."""
-    for name, value in (
-        ("value_head_dim", value_head_dim),
-        ("key_head_dim", key_head_dim),
-        ("num_heads", num_heads),
-        ("ub_bytes", ub_bytes),
-        ("buffers", buffers),
-    ):
-        _positive(name, value)
-    dtype_name = normalize_dtype(dtype)
+    sizes = {"value_head_dim": value_head_dim, "key_head_dim": key_head_dim,
+             "num_heads": num_heads, "ub_bytes": ub_bytes, "buffers": buffers}  # fmt: skip
+    for name, value in sizes.items():
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise UbPlanError(f"{name}={value!r}: must be a positive integer")
+    text = str(dtype).strip().lower().removeprefix("torch.")
+    dtype_name = _ALIASES.get(text, text)
+    if dtype_name not in DTYPE_BYTES:
+        raise UbPlanError(
+            f"dtype {dtype!s}: not a mamba state dtype; use one of {', '.join(DTYPE_BYTES)}"
+        )
     plane_bytes = next_pow2(value_head_dim) * next_pow2(key_head_dim) * DTYPE_BYTES[dtype_name]
-
     h = 1
-    while True:
-        bigger = h * 2
-        if num_heads is not None and bigger > num_heads:
-            break
-        if buffers * bigger * plane_bytes > ub_bytes:
-            break
-        h = bigger
-
+    while (num_heads is None or 2 * h <= num_heads) and buffers * 2 * h * plane_bytes <= ub_bytes:
+        h *= 2
     tile = h * plane_bytes
     return UbPlan(
         h_block_size=h,
         tile_bytes=tile,
         buffered_bytes=buffers * tile,
         ub_bytes=ub_bytes,
+        headroom_bytes=ub_bytes - buffers * tile,
         fits=buffers * tile <= ub_bytes,
         plane_overflow=buffers * plane_bytes > ub_bytes,
         value_head_dim=value_head_dim,

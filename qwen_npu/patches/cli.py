@@ -1,21 +1,12 @@
 """``qwen-npu patches list | verify [--strict] [--json] | explain NAME``.
 
-Why this exists: the image build must fail when a patch no longer fits the installed SGLang
-(``verify --strict``), and an on-call engineer needs to see, without reading code, which patches
-exist, what state they are in and when each can go (``list``, ``explain``).
-``verify`` imports SGLang's target modules (slow: about 10 s of SGLang imports) and applies the
-patches exactly as the start-up hook would; ``list`` and ``explain`` import no SGLang code.
-``verify --build`` is the image build's check: no SGLang import, so it passes on a build host with
-torch_npu and no NPU (``buildcheck``); the image entrypoint runs ``verify --strict --startup
---engine-args <the engine's flags>`` (one line) before the model load, where the NPU is.
-The maintainer's loop for a new SGLang release is not here: ``make sglang-candidate``
-(``tools/candidate``) runs from a checkout, never in the engine.
-
-Strictness follows the engine's mode (``modes``): with ``--engine-args`` (or inside the engine,
-whose ``sys.argv`` is its command line) a patch or GDN contract link the mode does not run is
-still applied and checked, but a problem with it is a warning (the start-up line's
-``unused_problems=``, ``used_by_mode`` in ``--json`` and the state file, the sidecar's
-``qwen_npu_patch_used_by_mode``), not a failure. Without a command line every patch counts.
+Why this exists: the image build must fail when a patch no longer fits the installed SGLang, and
+an on-call engineer needs to see, without reading code, which patches exist, their state and when
+each can go. ``verify`` imports SGLang's targets (10-20 s) and applies the patches as the start-up
+hook would; ``verify --build`` imports none (``buildcheck``: a build host with torch_npu and no
+NPU); the entrypoint runs ``verify --strict --startup --engine-args <the engine's flags>`` (one
+line). Strictness follows the engine's mode (``modes``): a problem with a patch or GDN contract
+link the mode does not run is a warning (``unused_problems=``, ``used_by_mode``), not a failure.
 """
 
 from __future__ import annotations
@@ -24,6 +15,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
 import textwrap
 import warnings
@@ -38,14 +30,9 @@ from qwen_npu.patches.registry import (
     GDN_CONTRACT,
     OK_STATES,
     PATCHES,
-    PatchInfo,
     disabled_patches,
     get_patch,
 )
-
-
-def _module_for(info: PatchInfo) -> Any:
-    return importlib.import_module(info.module)
 
 
 def verify_all() -> list[dict[str, Any]]:
@@ -62,7 +49,7 @@ def verify_all() -> list[dict[str, Any]]:
             except Exception as exc:  # SGLang or sgl-kernel-npu not importable
                 failed = f"cannot import {name}: {type(exc).__name__}: {exc}"
                 break
-        module = _module_for(info)
+        module = importlib.import_module(info.module)
         if failed is not None and info.name not in core.OUTCOMES:
             outcome = core.record(info, "target-missing", failed)
         else:
@@ -73,6 +60,10 @@ def verify_all() -> list[dict[str, Any]]:
             row["detail"] = "applied, but the target no longer points at the patch (rebound)"
         rows.append(row)
     return rows
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
@@ -97,8 +88,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     width = max(len(p.name) for p in PATCHES)
     for p in PATCHES:
-        off = p.name in disabled or "all" in disabled
-        flag = f"  (disabled by {ENV_DISABLE})" if off else ""
+        flag = f"  (disabled by {ENV_DISABLE})" if p.name in disabled else ""
         print(f"{p.name.ljust(width)}  {p.target}{flag}")
     return 0
 
@@ -124,15 +114,9 @@ def _cmd_verify_build(args: argparse.Namespace) -> int:
         for link, v in report["gdn_contract"].items():
             print(f"gdn contract {link}: {v['verdict']}: {v['evidence']}")
         for r in bad:
-            print(
-                f"{r['name']}: {r['state']}: next: {buildcheck.NEXT_STEP[r['state']]}",
-                file=sys.stderr,
-            )
+            _err(f"{r['name']}: {r['state']}: next: {buildcheck.NEXT_STEP[r['state']]}")
         for r in idle:
-            print(
-                f"{r['name']}: kernel ignores h_block_size: next: {core.NEXT_WITHOUT_EFFECT}",
-                file=sys.stderr,
-            )
+            _err(f"{r['name']}: kernel ignores h_block_size: next: {core.NEXT_WITHOUT_EFFECT}")
     return 1 if (args.strict and not report["ok"]) else 0
 
 
@@ -154,18 +138,11 @@ def _startup_line(
     states = ",".join(f"{r['name']}={r['state']}" for r in rows)
     said = mode.describe() if mode is not None else None
     if not (bad or unknown):
-        if unused:
-            return line(
-                "patches",
-                "warning",
-                "verify_passed",
-                patches=len(rows),
-                states=states,
-                mode=said,
-                unused_problems=",".join(unused),
-                next=NEXT_UNUSED,
-            )
-        return line("patches", "info", "verify_passed", patches=len(rows), states=states, mode=said)
+        extra = {"unused_problems": ",".join(unused), "next": NEXT_UNUSED} if unused else {}
+        level = "warning" if unused else "info"
+        return line(
+            "patches", level, "verify_passed", patches=len(rows), states=states, mode=said, **extra
+        )
     failed = ",".join(f"{r['name']}={r['state']}" for r in bad) or "none"
     why = "; ".join(f"{r['name']}: {r['detail']}" for r in bad)
     if unknown:
@@ -235,11 +212,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     argv = _contract_argv(args)
     sources = gdn_contract.Sources(argv=argv) if argv else None
     if not (args.startup or args.json):
-        print(
-            "qwen-npu patches verify: importing SGLang's patched modules and applying the patches "
-            "(10-20 s)...",
-            file=sys.stderr,
-            flush=True,
+        _err(
+            "qwen-npu patches verify: importing SGLang's targets and applying the patches (10-20 s)"
         )
     try:
         # the mode also goes into the state file's used_by_mode, written while applying
@@ -250,8 +224,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         logger.setLevel(level)
     for row in rows:
         row["used_by_mode"] = None if mode is None else modes.uses(get_patch(row["name"]), mode)
-    broken, accepted = gdn_contract.strict_problems(contract, mode)
-    unused_links = gdn_contract.unused_problems(contract, mode)
+    broken, accepted, unused_links = gdn_contract.strict_problems(contract, mode)
     problems = [
         r
         for r in rows
@@ -265,14 +238,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     ]
     _, unknown = disabled_patches(os.environ)
     if args.startup:
-        failing = (
-            bad
-            + idle
-            + [
-                {"name": f"gdn_contract.{n}", "state": "fail", "detail": contract[n].evidence}
-                for n in broken
-            ]
-        )
+        links = [{"name": f"gdn_contract.{n}", "state": "fail", "detail": contract[n].evidence}
+                 for n in broken]  # fmt: skip
+        failing = bad + idle + links
         print(_startup_line(rows, failing, unknown, unused_names, mode), flush=True)
         return 1 if (failing or unknown) else 0
     if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
@@ -301,10 +269,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
     else:
         _print_table(rows)
-        missing = _missing_stack(rows, contract)
-        if missing:
-            print(missing, file=sys.stderr)
-        _print_contract(contract)
+        if missing := _missing_stack(rows, contract):
+            _err(missing)
+        width = max(len(name) for name in contract)
+        for name, v in contract.items():
+            print(f"gdn_contract {name.ljust(width)}  {v.verdict:<8} {v.evidence}")
         # the table above holds each state: below, each next step once, with the names it is for
         steps: dict[str, list[str]] = {}
         for r in bad:
@@ -312,14 +281,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         for r in idle:
             steps.setdefault(core.NEXT_WITHOUT_EFFECT, []).append(r["name"])
         for step, names in steps.items():
-            print(f"next ({', '.join(names)}): {step}", file=sys.stderr)
+            _err(f"next ({', '.join(names)}): {step}")
     if unused_names:
-        print(
-            f"not used by this mode ({mode.describe() if mode else ''}): "
-            f"{', '.join(unused_names)}: next: {NEXT_UNUSED}",
-            file=sys.stderr,
-        )
-    _explain_contract(contract, broken, accepted, command_given=argv is not None)
+        said = mode.describe() if mode else ""
+        _err(f"not used by this mode ({said}): {', '.join(unused_names)}: next: {NEXT_UNUSED}")
+    _explain_contract(contract, broken, accepted, argv is not None)
     return 1 if (args.strict and (bad or idle or unknown or broken)) else 0
 
 
@@ -346,36 +312,22 @@ def _missing_stack(rows: list[dict[str, Any]], contract: dict[str, gdn_contract.
     )
 
 
-def _print_contract(contract: dict[str, gdn_contract.Verdict]) -> None:
-    """The GDN state contract's verdicts, after the patches' table."""
-    width = max(len(name) for name in contract)
-    for name, v in contract.items():
-        print(f"gdn_contract {name.ljust(width)}  {v.verdict:<8} {v.evidence}")
-
-
 def _explain_contract(
-    contract: dict[str, gdn_contract.Verdict],
-    broken: list[str],
-    accepted: list[str],
-    *,
-    command_given: bool = False,
+    contract: dict[str, gdn_contract.Verdict], broken: list[str], accepted: list[str], given: bool
 ) -> None:
-    """On stderr (with --json too): the links that fail --strict, each next step once, and the
-    unknown ones the ledger accepts, with why. The ledger's why speaks of an image build (no model,
-    no command line); when a command line was given, the link's own evidence says what it lacked."""
-    steps: dict[str, list[str]] = {}
-    for name in broken:
-        step = gdn_contract.NEXT[contract[name].verdict] or "see docs/patches.md"
-        steps.setdefault(step, []).append(name)
-    for step, names in steps.items():
-        print(f"gdn_contract next ({', '.join(names)}): {step}", file=sys.stderr)
+    """On stderr (with --json too): the links that fail --strict with each next step once, and
+    the unknown ones the ledger accepts with why (the link's own evidence when a command line was
+    ``given``; the ledger's why speaks of an image build, which has none)."""
+    for verdict in (gdn_contract.FAIL, gdn_contract.UNKNOWN):
+        if names := [n for n in broken if contract[n].verdict == verdict]:
+            _err(f"gdn_contract next ({', '.join(names)}): {gdn_contract.NEXT[verdict]}")
     if accepted:
         why = "; ".join(
-            f"{link.name}: " + (contract[link.name].evidence if command_given else link.unknown_why)
+            f"{link.name}: " + (contract[link.name].evidence if given else link.unknown_why)
             for link in GDN_CONTRACT
             if link.name in accepted
         )
-        print(f"gdn_contract: unknown, accepted by the ledger: {why}", file=sys.stderr)
+        _err(f"gdn_contract: unknown, accepted by the ledger: {why}")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -383,19 +335,25 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         info = get_patch(args.name)
     except KeyError as exc:
         return fail("qwen-npu patches explain", str(exc.args[0]))
-    recorded = (state.read_state(state.state_dir_from_env()) or {}).get("patches", {})
-    entry = recorded.get(info.name)
+    entry = (state.read_state(state.state_dir_from_env()) or {}).get("patches", {}).get(info.name)
+    # the module's top block: What, Why, How, Upstream, Remove when
+    doc = importlib.import_module(info.module).__doc__ or ""
+    parts = re.split(r"^(What|Why|How|Upstream|Remove when):", doc, flags=re.M)
+    block = {
+        name: " ".join(text.split()) for name, text in zip(parts[1::2], parts[2::2], strict=True)
+    }
     lines = [
         f"patch:        {info.name}",
         f"target:       {info.target}",
         f"module:       {info.module}",
         f"upstream PR:  {info.upstream_pr}",
-        "why:",
-        *textwrap.wrap(info.why, 96, initial_indent="  ", subsequent_indent="  "),
-        "remove when:",
-        *textwrap.wrap(info.remove_when, 96, initial_indent="  ", subsequent_indent="  "),
-        f"kill switch:  {ENV_DISABLE}={info.name}",
     ]
+    for name in ("What", "Why", "Remove when"):
+        lines += [
+            f"{name.lower()}:",
+            *textwrap.wrap(block.get(name, ""), 96, initial_indent="  ", subsequent_indent="  "),
+        ]
+    lines.append(f"kill switch:  {ENV_DISABLE}={info.name}")
     if entry is not None:
         lines.append(
             f"state file:   {entry.get('state')} (pid {entry.get('pid')}): {entry.get('detail')}"
@@ -414,39 +372,23 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=_cmd_list)
     ver = sub.add_parser("verify", help="import SGLang's targets and report each patch's state")
-    ver.add_argument(
-        "--strict", action="store_true", help="exit 1 unless all applied/upstream-fixed"
-    )
-    ver.add_argument("--json", action="store_true")
+    switches = {
+        "--strict": "exit 1 unless all applied/upstream-fixed",
+        "--json": None,
+        "--log": "also print the patches' log lines (the table says each state once without them)",
+        "--build": "the image build's check: read the installed sources, import no SGLang (no NPU)",
+        "--npu": "with --build: the NPU image (real sgl-kernel-npu): unreadable kernel links fail",
+        "--startup": "strict, one log line (the entrypoint's check before the model load)",
+    }
+    for flag, why in switches.items():
+        ver.add_argument(flag, action="store_true", help=why)
     # Read by the GDN contract's ssm_dtype link (from the command line, as in the engine).
     ver.add_argument("--model-path", metavar="DIR", help="the checkpoint whose config.json to read")
     ver.add_argument(
-        "--mamba-ssm-dtype",
-        choices=model_config.SSM_DTYPES,
-        help="the engine's --mamba-ssm-dtype",
-    )
-    ver.add_argument(
-        "--log",
-        action="store_true",
-        help="also print the patches' log lines (the table says each state once without them)",
-    )
-    ver.add_argument(
-        "--build",
-        action="store_true",
-        help="the image build's check: read the installed sources, import no SGLang (no NPU)",
+        "--mamba-ssm-dtype", choices=model_config.SSM_DTYPES, help="the engine's --mamba-ssm-dtype"
     )
     ver.add_argument(
         "--site", metavar="DIR", help="with --build: read SGLang's sources from this site-packages"
-    )
-    ver.add_argument(
-        "--npu",
-        action="store_true",
-        help="with --build: the NPU image (real sgl-kernel-npu): an unreadable kernel link fails",
-    )
-    ver.add_argument(
-        "--startup",
-        action="store_true",
-        help="strict, one log line (the entrypoint's check before the model load)",
     )
     ver.add_argument(
         "--engine-args",

@@ -1,7 +1,7 @@
 """The decision every patch makes before it touches SGLang, and the record of what it decided.
 
-Why this exists: the three patches share one procedure, and it must be the same for each so the
-states mean the same thing everywhere (docs/architecture.md):
+Why this exists: every patch follows one procedure, so the states mean the same thing everywhere
+(docs/architecture.md):
 
 1. named in ``QWEN_NPU_DISABLE_PATCHES`` (or ``all``)      -> ``disabled``, SGLang untouched;
 2. the target module or attribute is not there               -> ``target-missing``;
@@ -15,8 +15,8 @@ A patch whose benefit depends on a collaborator it does not rebind (the scatter 
 the kernel's ``h_block_size``) also reports its ``effect`` when applied: ``tiles`` (the kernel
 uses the value), ``ignored`` (it applies without effect) or ``unknown``.
 
-Each outcome is logged as one structured line, kept in ``OUTCOMES`` for ``qwen-npu patches verify``
-and written to the state file when ``QWEN_NPU_STATE_DIR`` is set.
+Each outcome is logged, kept in ``OUTCOMES`` (``qwen-npu patches verify``) and written to the
+state file when ``QWEN_NPU_STATE_DIR`` is set.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
@@ -58,13 +58,7 @@ NEXT_STEP: dict[str, str] = {
         "check that SGLang (and sgl-kernel-npu for the NPU backend) is installed and importable"
     ),
 }
-_LEVEL = {
-    "applied": "info",
-    "disabled": "warning",
-    "upstream-fixed": "info",
-    "drifted": "error",
-    "target-missing": "error",
-}
+_LEVEL = {"disabled": "warning", "drifted": "error", "target-missing": "error"}  # else info
 
 
 @dataclass(frozen=True)
@@ -82,15 +76,7 @@ class Outcome:
         return self.state == "applied" and self.effect == "ignored"
 
     def as_dict(self) -> dict[str, str]:
-        row = {
-            "name": self.name,
-            "state": self.state,
-            "target": self.target,
-            "detail": self.detail,
-        }
-        if self.effect is not None:
-            row["effect"] = self.effect
-        return row
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 #: name -> outcome, for this process.
@@ -133,7 +119,7 @@ def record(info: PatchInfo, state: str, detail: str, effect: str | None = None) 
     mode = modes.current()
     used = None if mode is None else modes.uses(info, mode)
     fields: dict[str, object] = {"effect": effect} if effect is not None else {}
-    level = "warning" if outcome.without_effect else _LEVEL.get(state, "warning")
+    level = "warning" if outcome.without_effect else _LEVEL.get(state, "info")
     nxt = NEXT_WITHOUT_EFFECT if outcome.without_effect else NEXT_STEP.get(state)
     if used is False:
         # The engine's mode does not run the code this patch fixes (modes): a problem with it is
@@ -277,13 +263,15 @@ def run(
 
 class Once:
     """A patch's once-per-process guard over ``run``'s steps: the first ``apply()`` runs them,
-    later calls return that first outcome; ``forget()`` (under ``lock``) starts over."""
+    later calls return that first outcome. ``rebind`` (from the patch's rebind step) remembers
+    what it replaced, for ``active()`` and ``revert()`` (tests, debugging), which starts over."""
 
     def __init__(self, info: PatchInfo, **steps: Any) -> None:
         self.info = info
         self.lock = threading.Lock()
         self.steps = steps
         self._outcome: Outcome | None = None
+        self._bound: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, ours)
 
     def apply(self) -> Outcome:
         with self.lock:
@@ -297,9 +285,28 @@ class Once:
         result: Probe = self.steps["probe"](self.steps["load"]())
         return result
 
-    def forget(self) -> None:
-        self._outcome = None
-        OUTCOMES.pop(self.info.name, None)
+    def rebind(self, owner: Any, name: str, ours: Any) -> Any:
+        """``owner.name = ours``; returns what it was."""
+        original = getattr(owner, name)
+        setattr(owner, name, ours)
+        self._bound.append((owner, name, original, ours))
+        return original
+
+    def active(self) -> bool:
+        """Whether everything this patch rebound still points at its replacement."""
+        return bool(self._bound) and all(
+            getattr(o, n, None) is ours for o, n, _, ours in self._bound
+        )
+
+    def revert(self) -> None:
+        """Put back what ``rebind`` replaced and forget the outcome."""
+        with self.lock:
+            for owner, name, original, ours in reversed(self._bound):
+                if getattr(owner, name, None) is ours:
+                    setattr(owner, name, original)
+            self._bound.clear()
+            self._outcome = None
+            OUTCOMES.pop(self.info.name, None)
 
 
 def loaded(name: str) -> ModuleType:

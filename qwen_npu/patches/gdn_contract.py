@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ class Verdict:
     evidence: str
 
     def as_dict(self) -> dict[str, str]:
-        return {"verdict": self.verdict, "evidence": self.evidence}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -171,12 +171,9 @@ def _short(path: str | os.PathLike[str] | None) -> str:
 
 def _order(tensor: Any) -> str | None:
     """V-major or K-major from a state's shape and strides (V != K, so both are visible).
-
-    Labelled ``[..., V, K]``: the strides say it (``K, 1`` V-major, ``1, V`` K-major). Labelled
-    ``[..., K, V]`` (the ``[.., HV, K, V]`` pool of SGLang before #39589, a ``transpose(-1, -2)``
-    view, e.g. strides ``[.., 32, 1, 8]`` over V-major memory, or a dense K-major tensor): K-major,
-    since everything that indexes the pool through it (``ssm_states[idx]``, the movers that honour
-    strides) reads and writes the state as ``[k][v]``."""
+    Labelled ``[..., V, K]``, the strides say it (``K, 1`` V-major, ``1, V`` K-major); labelled
+    ``[..., K, V]`` (SGLang before #39589: a transpose view or a dense K-major tensor), K-major,
+    since whatever indexes the pool through it reads and writes the state as ``[k][v]``."""
     shape, strides = tuple(tensor.shape), tuple(tensor.stride())
     if shape[-2:] == (POOL_K, POOL_V):
         dense_kv = strides[-1] == 1 and strides[-2] == POOL_V
@@ -377,7 +374,7 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
 # --- ssm_dtype ----------------------------------------------------------------------------------
 
 
-def ssm_dtype(sources: Sources) -> Verdict:
+def ssm_dtype(sources: Sources, pool: Pool | None = None) -> Verdict:
     env = sources.environ
     argv = sources.argv
     raw_chip = env.get(chips.ENV_CHIP, "")
@@ -437,18 +434,11 @@ def check(sources: Sources | None = None) -> dict[str, Verdict]:
     """One verdict per link, in registry order. Never raises."""
     src = sources or Sources()
     results: dict[str, Verdict] = {}
-    pool_verdict, pool = pool_layout(src)
-    steps: dict[str, Callable[[], Verdict]] = {
-        "pool_layout": lambda: pool_verdict,
-        "prefill_op": lambda: prefill_op(src, pool),
-        "verify_op": lambda: verify_op(src, pool),
-        "mover": lambda: mover(src, pool),
-        "decode_kernel": lambda: decode_kernel(src, pool),
-        "ssm_dtype": lambda: ssm_dtype(src),
-    }
-    for link in GDN_CONTRACT:
+    results["pool_layout"], pool = pool_layout(src)
+    for link in GDN_CONTRACT:  # each other link's reader is the function of its name
         try:
-            results[link.name] = steps[link.name]()
+            if link.name not in results:
+                results[link.name] = globals()[link.name](src, pool)
         except Exception as exc:  # a reader's bug must not stop the engine
             results[link.name] = Verdict(UNKNOWN, f"the check failed: {_error(exc)}")
     return results
@@ -460,31 +450,20 @@ def as_json(verdicts: Mapping[str, Verdict]) -> dict[str, dict[str, str]]:
 
 def strict_problems(
     verdicts: Mapping[str, Verdict], mode: modes.Mode | None = None
-) -> tuple[list[str], list[str]]:
-    """(links that fail ``--strict``, unknown links the ledger accepts), by name. A link the
-    engine's ``mode`` does not run (``modes.link_used``) never fails: see ``unused_problems``."""
-    failing, accepted = [], []
-    for link in GDN_CONTRACT:
-        verdict = verdicts.get(link.name, Verdict(UNKNOWN, "not checked")).verdict
-        if not modes.link_used(link, mode):
-            continue
-        if verdict == FAIL or (verdict == UNKNOWN and link.unknown_fails_strict):
-            failing.append(link.name)
-        elif verdict == UNKNOWN:
-            accepted.append(link.name)
-    return failing, accepted
-
-
-def unused_problems(verdicts: Mapping[str, Verdict], mode: modes.Mode | None) -> list[str]:
-    """Links that fail (or cannot be read where that fails --strict) but that ``mode`` does not
-    run: a warning, not a failed start."""
-    found = []
+) -> tuple[list[str], list[str], list[str]]:
+    """(links that fail ``--strict``, unknown links the ledger accepts, links that would fail but
+    that ``mode`` does not run: ``modes.link_used``, a warning, not a failed start), by name."""
+    failing, accepted, unused = [], [], []
     for link in GDN_CONTRACT:
         verdict = verdicts.get(link.name, Verdict(UNKNOWN, "not checked")).verdict
         bad = verdict == FAIL or (verdict == UNKNOWN and link.unknown_fails_strict)
-        if bad and not modes.link_used(link, mode):
-            found.append(link.name)
-    return found
+        if not modes.link_used(link, mode):
+            unused += [link.name] if bad else []
+        elif bad:
+            failing.append(link.name)
+        elif verdict == UNKNOWN:
+            accepted.append(link.name)
+    return failing, accepted, unused
 
 
 NEXT = {

@@ -1,17 +1,13 @@
 """Post-import hooks: apply each patch the moment SGLang has imported what the patch targets.
 
 Why this exists: the patches must load in every Python process of the engine, including the
-scheduler processes SGLang starts with ``multiprocessing`` spawn, which share nothing with the
-launcher but the interpreter's start-up. ``qwen_npu_patches.pth`` (installed in site-packages)
-imports this module at start-up; it puts one finder at the front of ``sys.meta_path`` that ignores
-every import except the few target modules named in ``TRIGGERS`` (the registry's triggers,
-read at the first import inside SGLang's package, ``TRIGGER_PACKAGES``). When one of those finishes
-executing, every patch whose trigger modules are now all loaded is imported and applied. Nothing
-of qwen-npu or SGLang is imported before SGLang itself imports the target, so ``python -c pass``
-pays for this module only (standard library: ``sys`` and ``os``, already loaded at start-up).
-
-Switches: ``QWEN_NPU_PATCHES_HOOK=0`` keeps the finder out (nothing is patched; a debugging aid);
-``QWEN_NPU_DISABLE_PATCHES`` (see ``core``) records single patches as ``disabled``.
+scheduler processes SGLang spawns, which share nothing with the launcher but the interpreter's
+start-up. ``qwen_npu_patches.pth`` imports this module at start-up; it puts one finder at the front
+of ``sys.meta_path`` that ignores every import outside ``TRIGGER_PACKAGES`` and every module no
+patch waits for (the registry's triggers, read at the first import inside SGLang). When one
+finishes executing, every patch whose trigger modules are all loaded is imported and applied, so
+``python -c pass`` pays for this module only (``sys`` and ``os``). ``QWEN_NPU_PATCHES_HOOK=0``
+keeps the finder out (nothing is patched; a debugging aid).
 """
 
 import os
@@ -23,10 +19,8 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-#: The top-level packages the patches' trigger modules live in. The finder looks at no import
-#: outside them, so the start-up path imports nothing; the trigger table (``TRIGGERS``: patch
-#: module -> the modules that must all be loaded before it applies) is the registry's, read at
-#: the first import inside them.
+#: The top-level packages the trigger modules live in; ``TRIGGERS``: patch module -> the modules
+#: that must all be loaded before it applies.
 TRIGGER_PACKAGES: frozenset[str] = frozenset({"sglang"})
 ENV_HOOK = "QWEN_NPU_PATCHES_HOOK"
 

@@ -1,24 +1,13 @@
 """Which patches (and GDN contract links) the configured engine mode uses.
 
-Why this exists: ``patches verify --strict`` at start-up used to fail the pod for any patch that
-was not applied or upstream-fixed, whatever the mode. The decode-layout patch acts only with MTP
-off, yet a drift in the decode kernel's text stopped every MTP pod (exit 4); the UB plan patch
-changes nothing at a bf16 state (its plan is then the kernel's default 2, for every Qwen3.5/3.6
-state shape: V = K = 128), which is every configuration the chart allows on 910B/A3, yet it too
-could fail start-up. Each ledger entry now declares the modes it serves (``registry.Serves``); a
-patch that the mode does not use is still applied, verified and drift-checked, but a problem with
-it is a warning, the ``qwen_npu_patch_used_by_mode`` metric and a runbook line, not a failed start.
-
-The mode is read from the engine's own command line, by SGLang's flag names: MTP on when
-``--speculative-algorithm`` is given; the SSM state dtype from ``--mamba-ssm-dtype``, else
-``SGLANG_MAMBA_SSM_DTYPE`` (config.json's value is not read here: unknown then, which counts as
-"uses" for a dtype-bound patch); the draft's quantization from
-``--speculative-draft-model-quantization`` (``unquant``: the draft is built without the target's
-ModelSlim config, so the draft fixes are fallbacks). In the engine's processes that line is
-``sys.argv`` (multiprocessing's spawn hands it to the scheduler processes); the entrypoint's check
-runs in a process of its own and passes it (``patches verify --engine-args ...``, ``set_override``).
-No command line (``verify`` run by hand): the mode is unknown and every patch counts as used, the
-old strictness. Standard library only.
+Why this exists: a problem with a patch the engine's mode never runs (the MTP-off decode patch
+under MTP, the UB plan at a bf16 state) used to fail every pod's start. Each ledger entry declares
+the modes it serves (``registry.Serves``); a patch the mode does not use is still applied and
+checked, but a problem with it is a warning, not a failed start. The mode is read from the
+engine's command line by SGLang's flag names (``--speculative-algorithm``, ``--mamba-ssm-dtype``
+else ``SGLANG_MAMBA_SSM_DTYPE``, ``--speculative-draft-model-quantization``): ``sys.argv`` in the
+engine's processes, ``patches verify --engine-args`` in the entrypoint's check. No command line:
+the mode is unknown and every patch counts as used. Standard library only.
 """
 
 from __future__ import annotations
@@ -27,12 +16,10 @@ import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from qwen_npu.checkpoint.model_config import SSM_DTYPE_ENV
 from qwen_npu.patches.registry import ContractLink, PatchInfo
-
-UNQUANT = "unquant"
 
 
 @dataclass(frozen=True)
@@ -45,14 +32,10 @@ class Mode:
 
     @property
     def draft_unquant(self) -> bool:
-        return self.mtp and self.draft_quantization == UNQUANT
+        return self.mtp and self.draft_quantization == "unquant"
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "mtp": self.mtp,
-            "state_dtype": self.state_dtype,
-            "draft_quantization": self.draft_quantization,
-        }
+        return asdict(self)
 
     def describe(self) -> str:
         dtype = self.state_dtype or "unknown"
@@ -88,32 +71,25 @@ def from_argv(argv: Sequence[str], environ: Mapping[str, str]) -> Mode | None:
     )
 
 
-_override: Mode | None = None
-_override_set = False
-
-
-def set_override(mode: Mode | None) -> None:
-    """Use ``mode`` in this process instead of ``sys.argv``'s (the entrypoint's check)."""
-    global _override, _override_set
-    _override, _override_set = mode, True
+_override: tuple[Mode | None] | None = None  # (mode,) while overridden
 
 
 @contextmanager
 def overridden(mode: Mode | None) -> Iterator[None]:
-    """``set_override(mode)`` for the block, the previous setting after it."""
-    global _override, _override_set
-    saved = (_override, _override_set)
-    set_override(mode)
+    """Use ``mode`` in this process for the block instead of ``sys.argv``'s (the entrypoint's
+    check hands the engine's command line)."""
+    global _override
+    saved, _override = _override, (mode,)
     try:
         yield
     finally:
-        _override, _override_set = saved
+        _override = saved
 
 
 def current() -> Mode | None:
     """This process's mode: the override, else ``sys.argv`` read as an engine command line."""
-    if _override_set:
-        return _override
+    if _override is not None:
+        return _override[0]
     return from_argv(sys.argv, os.environ)
 
 

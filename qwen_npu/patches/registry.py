@@ -1,8 +1,8 @@
 """THE patch list: one ``PatchInfo`` ledger entry per runtime patch.
 
 Why this exists: the import hook, ``qwen-npu patches``, the sidecar, the dashboards and the docs all
-need the same names, targets and removal conditions. Keeping them in one table (checked by a test
-against the modules on disk) avoids the hand-numbered ledgers that drift.
+need the same names and targets: one table (checked by a test against the modules on disk), so no
+hand-numbered ledger drifts.
 Standard library only; importing this module imports no patch and no SGLang code.
 """
 
@@ -42,13 +42,12 @@ class Serves:
 
 @dataclass(frozen=True)
 class PatchInfo:
-    """A ledger entry: what is changed, why, where it is fixed upstream, when to drop it."""
+    """A ledger entry; what the patch changes, why and when to drop it are its module's top block
+    (``qwen-npu patches explain``)."""
 
     name: str  # the contract name (docs/architecture.md, "Patch names and states")
     target: str  # "module:Qualname" of what the patch rebinds
-    why: str
     upstream_pr: str
-    remove_when: str
     serves: Serves = Serves()
     #: SGLang modules besides the target's that must be loaded before the patch applies.
     also_waits_for: tuple[str, ...] = ()
@@ -68,17 +67,7 @@ PATCHES: tuple[PatchInfo, ...] = (
     PatchInfo(
         name="modelslim-moe-unquant-fallback",
         target="sglang.srt.layers.quantization.modelslim.modelslim:ModelSlimConfig.get_quant_method",
-        why=(
-            "A fused-MoE layer whose every expert projection is FLOAT (the MTP layer "
-            "mtp.layers.0.mlp.experts of ModelSlim Qwen3.5/3.6 checkpoints) makes SGLang raise "
-            "\"Unsupported ModelSlim MoE schemes ... W13='FLOAT', W2='FLOAT'\" at startup; the "
-            "patch returns None so FusedMoE uses its unquantized method."
-        ),
         upstream_pr=UPSTREAM_PR,
-        remove_when=(
-            "SGLang's get_quant_method returns None for an all-FLOAT FusedMoE layer (the patch "
-            "then reports upstream-fixed)."
-        ),
         serves=Serves(
             mtp=(True,),
             inherited_draft_only=True,
@@ -93,17 +82,7 @@ PATCHES: tuple[PatchInfo, ...] = (
     PatchInfo(
         name="mtp-modelslim-unquant",
         target="sglang.srt.models.qwen3_5_mtp:_mtp_quant_config",
-        why=(
-            "The MTP draft module is built with the target's ModelSlim config although every "
-            "mtp.* entry is FLOAT (--speculative-draft-model-quantization inherits modelslim); "
-            "the patch returns None so the draft loads in bf16 and forward() enables the bf16 "
-            "dispatch overrides."
-        ),
         upstream_pr=UPSTREAM_PR,
-        remove_when=(
-            "SGLang's _mtp_quant_config returns None for a ModelSlim config whose mtp.* entries "
-            "are all FLOAT (the patch then reports upstream-fixed)."
-        ),
         serves=Serves(
             mtp=(True,),
             inherited_draft_only=True,
@@ -119,17 +98,7 @@ PATCHES: tuple[PatchInfo, ...] = (
             "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend:"
             "move_intermediate_cache"
         ),
-        why=(
-            "AscendHybridLinearAttnBackend.update_mamba_state_after_mtp_verify calls "
-            "move_intermediate_cache without h_block_size; the kernel default of 2 overflows the "
-            "192 KiB UB for fp32 128x128 states ('ub overflow, requires 2097152 bits while "
-            "1572864 bits available!'); the patch passes the planned h_block_size."
-        ),
         upstream_pr=UPSTREAM_PR,
-        remove_when=(
-            "SGLang passes h_block_size to move_intermediate_cache itself (the patch then reports "
-            "upstream-fixed), or sgl-kernel-npu's default fits the UB for every state shape."
-        ),
         serves=Serves(
             mtp=(True,),
             state_dtypes=("float32", "float16"),
@@ -143,22 +112,7 @@ PATCHES: tuple[PatchInfo, ...] = (
     PatchInfo(
         name="gdn-decode-state-layout",
         target="sglang.srt.layers.attention.linear.kernels.gdn_triton:TritonGDNKernel.decode",
-        why=(
-            "Without speculation (mtp.enabled=false, the mtp-off lever) the GDN decode step runs "
-            "sgl-kernel-npu's Triton kernel fused_sigmoid_gating_delta_rule_update_decode_npu, "
-            "which addresses the SSM state K-major (k*V + v) while SGLang's pool and the AscendC "
-            "prefill and verify ops hold it V-major (v*K + k); with V = K = 128 nothing fails and "
-            "the state is read and written transposed (wrong text). The patch runs SGLang's "
-            "decode with qwen-npu's V-major Triton kernel on the pool in place (the default), or "
-            "with QWEN_NPU_GDN_DECODE_ROUTE=copy hands the upstream kernel the batch's states as "
-            "a K-major copy and writes them back V-major."
-        ),
         upstream_pr=UPSTREAM_PR,
-        remove_when=(
-            "The installed decode kernel addresses the state V-major (sgl-kernel-npu issue #640; "
-            "the patch then reports upstream-fixed), or SGLang's TritonGDNKernel.decode hands it "
-            "a K-major state itself."
-        ),
         serves=Serves(
             mtp=(False,),
             why=(

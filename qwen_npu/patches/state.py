@@ -4,14 +4,7 @@ Why this exists: every Python process of the engine (the launcher, each TP sched
 patches on its own, and the sidecar, in another container, must see the result. Writers merge their
 part into one JSON file under an exclusive lock and replace it atomically, so a reader never sees a
 torn file and no process overwrites another's entry. ``read_state`` never raises: the sidecar
-treats a missing or corrupt file as "unknown".
-
-Schema (docs/architecture.md): ``schema_version``, ``updated_at``, ``qwen_npu_version``,
-``sglang_version``, ``patches`` (name -> state, target, detail, pid, updated_at), ``ub_plan``
-(``UbPlan.as_dict()`` keys plus ``cache_shape``, ``pid``, ``updated_at``; null until computed) and
-``gdn_contract`` (link -> ``{"verdict": "pass"|"fail"|"unknown", "evidence": "..."}``, the links of
-registry.GDN_CONTRACT; absent until a process has checked it: readers take absent links as
-unknown).
+treats a missing or corrupt file as "unknown". The schema: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -22,8 +15,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +37,9 @@ def state_dir_from_env() -> Path | None:
 
 def _sglang_version() -> str | None:
     try:
-        try:
-            return version("sglang")
-        except PackageNotFoundError:
-            return None
-    except Exception:  # pragma: no cover - a broken metadata tree must not stop the engine
+        return version("sglang")
+    except Exception:  # not installed, or a broken metadata tree: never stop the engine
         return None
-
-
-def _empty() -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "updated_at": None,
-        "qwen_npu_version": __version__,
-        "sglang_version": _sglang_version(),
-        "patches": {},
-        "ub_plan": None,
-    }
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -70,39 +49,38 @@ def _load(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         return None
-    if not isinstance(data.get("patches"), dict):
-        return None
-    return data
+    return data if isinstance(data.get("patches"), dict) else None
 
 
 def read_state(state_dir: str | Path | None) -> dict[str, Any] | None:
     """The state file's content, or None when the folder or file is missing or unreadable."""
-    if state_dir is None:
-        return None
-    return _load(Path(state_dir) / STATE_FILE)
+    return None if state_dir is None else _load(Path(state_dir) / STATE_FILE)
 
 
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    with open(directory / (STATE_FILE + ".lock"), "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
-def _merge(state_dir: str | Path | None, update: Callable[[dict[str, Any]], None]) -> Path | None:
-    """Read-modify-replace under the lock. Returns the file, or None (logged) when unwritable."""
+def _merge(
+    state_dir: str | Path | None, key: str, value: Any, name: str | None = None
+) -> Path | None:
+    """Set ``data[key]`` (``data[key][name]``) under the lock, replacing the file atomically.
+    Returns the file, or None (logged) when it cannot be written."""
     directory = Path(state_dir) if state_dir is not None else state_dir_from_env()
     if directory is None:
         return None
     path = directory / STATE_FILE
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with _locked(directory):
-            data = _load(path) or _empty()
-            update(data)
+        with open(directory / (STATE_FILE + ".lock"), "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+            data = _load(path) or {
+                "schema_version": SCHEMA_VERSION,
+                "qwen_npu_version": __version__,
+                "sglang_version": _sglang_version(),
+                "patches": {},
+                "ub_plan": None,
+            }
+            if name is None:
+                data[key] = value
+            else:
+                data[key][name] = value
             data["updated_at"] = time.time()
             fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=directory)
             try:
@@ -128,6 +106,10 @@ def _merge(state_dir: str | Path | None, update: Callable[[dict[str, Any]], None
     return path
 
 
+def _stamped(entry: dict[str, Any]) -> dict[str, Any]:
+    return entry | {"pid": os.getpid(), "updated_at": time.time()}
+
+
 def write_patch_state(
     name: str,
     state: str,
@@ -138,58 +120,30 @@ def write_patch_state(
     used_by_mode: bool | None = None,
     state_dir: str | Path | None = None,
 ) -> Path | None:
-    """Record one patch's state (merged with the other patches' and processes' entries).
-
-    ``effect`` (only for a patch that can tell, and only when given) says whether the applied
-    patch changes anything: ``tiles`` / ``ignored`` / ``unknown`` for mamba-scatter-ub-aware.
-    ``used_by_mode`` (when the process knows its engine mode: ``modes``) says whether that mode
-    runs the code the patch fixes; a problem with an unused patch does not fail the start.
-    """
-
-    def update(data: dict[str, Any]) -> None:
-        entry: dict[str, Any] = {
-            "state": state,
-            "target": target,
-            "detail": detail,
-            "pid": os.getpid(),
-            "updated_at": time.time(),
-        }
-        if effect is not None:
-            entry["effect"] = effect
-        if used_by_mode is not None:
-            entry["used_by_mode"] = used_by_mode
-        data["patches"][name] = entry
-
-    return _merge(state_dir, update)
+    """Record one patch's state, merged with the other patches' and processes' entries.
+    ``effect`` (``tiles`` / ``ignored`` / ``unknown``, mamba-scatter-ub-aware's) and
+    ``used_by_mode`` (``modes``) are written only when known."""
+    entry: dict[str, Any] = {"state": state, "target": target, "detail": detail}
+    entry |= {
+        k: v for k, v in (("effect", effect), ("used_by_mode", used_by_mode)) if v is not None
+    }
+    return _merge(state_dir, "patches", _stamped(entry), name)
 
 
 def write_ub_plan(
-    plan: Mapping[str, Any],
-    *,
-    cache_shape: Sequence[int],
-    state_dir: str | Path | None = None,
+    plan: Mapping[str, Any], *, cache_shape: Sequence[int], state_dir: str | Path | None = None
 ) -> Path | None:
     """Record the UB plan the scatter uses (``plan`` is ``UbPlan.as_dict()``)."""
-
-    def update(data: dict[str, Any]) -> None:
-        entry = dict(plan)
-        entry["cache_shape"] = [int(n) for n in cache_shape]
-        entry["pid"] = os.getpid()
-        entry["updated_at"] = time.time()
-        data["ub_plan"] = entry
-
-    return _merge(state_dir, update)
+    entry = dict(plan) | {"cache_shape": [int(n) for n in cache_shape]}
+    return _merge(state_dir, "ub_plan", _stamped(entry))
 
 
 def write_gdn_contract(
     links: Mapping[str, Mapping[str, str]], *, state_dir: str | Path | None = None
 ) -> Path | None:
     """Record the GDN state contract's verdicts (``gdn_contract``: link -> verdict, evidence)."""
-
-    def update(data: dict[str, Any]) -> None:
-        data["gdn_contract"] = {
-            name: {"verdict": str(link["verdict"]), "evidence": str(link["evidence"])}
-            for name, link in links.items()
-        }
-
-    return _merge(state_dir, update)
+    value = {
+        name: {"verdict": str(link["verdict"]), "evidence": str(link["evidence"])}
+        for name, link in links.items()
+    }
+    return _merge(state_dir, "gdn_contract", value)

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -81,6 +81,45 @@ def calls(node: ast.AST) -> list[tuple[str, ast.Call]]:
     """Every call under ``node`` as (the callee as written, the call), in line order."""
     found = [(ast.unparse(n.func), n) for n in ast.walk(node) if isinstance(n, ast.Call)]
     return sorted(found, key=lambda item: item[1].lineno)
+
+
+def module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run at import: the body and its if/else branches, and the body of a
+    ``try`` unless it catches ImportError (an optional import, skipped as the module skips it)."""
+    optional = {"ImportError", "ModuleNotFoundError", "Exception"}
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.If):
+            yield from module_level(stmt.body)
+            yield from module_level(stmt.orelse)
+        elif isinstance(stmt, ast.Try) and not any(
+            h.type is None or optional & names(h.type) for h in stmt.handlers
+        ):
+            yield from module_level(stmt.body)
+
+
+def defined_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """The top-level names a module defines, and whether it may define more (``import *``, a
+    module ``__getattr__``)."""
+    found: set[str] = set()
+    open_ended = False
+    for stmt in module_level(tree.body):
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(stmt.name)
+            open_ended |= stmt.name == "__getattr__"
+        elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            found |= {n for t in targets for n in names(t)}
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            open_ended |= any(a.name == "*" for a in stmt.names)
+            found |= {a.asname or a.name.split(".")[0] for a in stmt.names if a.name != "*"}
+        elif isinstance(stmt, ast.Try):  # names bound in an optional try are bound too
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.FunctionDef | ast.ClassDef):
+                    found.add(sub.name)
+                elif isinstance(sub, ast.alias):
+                    found.add(sub.asname or sub.name.split(".")[0])
+    return found, open_ended
 
 
 def imported_from(tree: ast.Module, name: str, importer: str) -> str | None:

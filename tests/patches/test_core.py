@@ -11,7 +11,7 @@ import pytest
 from qwen_npu.patches import core
 from qwen_npu.patches.registry import PatchInfo
 
-INFO = PatchInfo("demo-patch", "demo:target", "why", "pr", "when", "demo")
+INFO = PatchInfo("demo-patch", "demo:target", "pr")
 
 
 @pytest.fixture(autouse=True)

@@ -216,7 +216,7 @@ def test_nothing_to_read_is_unknown_never_a_crash(tmp_path: Path) -> None:
     assert {v.verdict for v in result.values()} == {"unknown"}
     assert "ImportError: no sglang" in result["pool_layout"].evidence
     assert "sgl_kernel_npu is not on sys.path" in result["mover"].evidence
-    failing, accepted = gc.strict_problems(result)
+    failing, accepted, _ = gc.strict_problems(result)
     assert failing == ["pool_layout", "prefill_op", "verify_op", "mover"]
     assert accepted == ["decode_kernel", "ssm_dtype"]
 

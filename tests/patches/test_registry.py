@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -41,15 +42,17 @@ def test_each_entry_matches_its_module_and_test(info: object) -> None:
     for needle in ("What:", "Why:", "How:", "pull/34353", "Remove when:"):
         assert needle in doc, f"{info.module} docstring lacks {needle!r}"
     assert info.upstream_pr.endswith("/pull/34353")
-    assert info.why and info.remove_when
     assert info.target.partition(":")[2], f"{info.name}: target is module:Qualname"
 
 
 def test_every_patch_module_on_disk_is_registered() -> None:
     # A fix module is one that defines apply(); they live in patches/fixes/, the framework beside
     # them (core, hook, registry, state, cli) defines none.
-    fixes = {p.stem for p in FIX_DIR.glob("*.py") if "\ndef apply(" in p.read_text()}
-    framework = [p.stem for p in FIX_DIR.parent.glob("*.py") if "\ndef apply(" in p.read_text()]
+    def defines_apply(path: Path) -> bool:
+        return re.search(r"^(def apply\(|apply[\w, ]* = )", path.read_text(), re.M) is not None
+
+    fixes = {p.stem for p in FIX_DIR.glob("*.py") if defines_apply(p)}
+    framework = [p.stem for p in FIX_DIR.parent.glob("*.py") if defines_apply(p)]
     assert framework == []
     assert fixes == {p.name.replace("-", "_") for p in PATCHES}
 

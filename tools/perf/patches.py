@@ -1,22 +1,15 @@
 """`make perf-patches`: what the patches cost. Writes out/perf/patches.md and prints it.
 
-1. Start-up: the .pth hook's added time for ``python -c pass``. Two throwaway venvs from the same
-   base interpreter, identical except that one has qwen_npu and ``qwen_npu_patches.pth`` in its
-   site-packages (as a wheel install puts them); runs are interleaved, the median of each is taken.
-   ``-X importtime`` gives the hook's own import time as a second, noise-free figure. Goal < 2 ms.
+1. Start-up: the .pth hook's added time for ``python -c pass``, between two throwaway venvs that
+   differ only in qwen_npu and ``qwen_npu_patches.pth`` (interleaved runs, medians), and its own
+   ``-X importtime``. Goal < 2 ms.
 2. Decision time over a 397B-sized synthetic description (60 layers x 512 experts, ~155k keys):
-   the patch's fallback decision for every MoE layer (60 + the MTP layer, first call building the
-   per-description index), the preflight's raising variant, and the MTP question. Goal < 1 s.
+   the fallback decision per MoE layer, preflight's raising variant, the MTP question. Goal < 1 s.
 3. Plain decode's memory traffic per GDN layer and step, copy route vs in place
-   (``gdn_decode_state_layout.decode_traffic``: the kernels' loads and stores, plus the copy
-   route's four state-sized passes), at batch 1, 32 and 128 for the 35B and 397B profiles (value
-   and key heads per TP rank, 128x128, the chart's bf16 SSM state). The model is checked here
-   against the bytes Triton's CPU interpreter counts for the in-place kernel on a 35B-shaped
-   batch (fixtures/triton_interpreter.py; the tests check the copy route's too). Goal: the in-place
-   state bytes equal the replaced kernel's own read and write (2 x N x HV x V x K x itemsize) and
-   the in-place total is at most a quarter of the copy route's. The q, k, a, b column: what the
-   token inputs cost beside the state (SGLang hands them as split views), in place vs the
-   replaced kernel's (issue 41: q and k once per (request, head), no copies of the views).
+   (``gdn_decode_state_layout.decode_traffic``) for the 35B and 397B profiles at batch 1, 32 and
+   128, the model checked against the bytes Triton's CPU interpreter counts for the in-place
+   kernel. Goal: in-place state bytes equal the replaced kernel's own read and write and the
+   in-place total at most a quarter of the copy route's.
 """
 
 from __future__ import annotations
@@ -38,6 +31,7 @@ from qwen_npu.checkpoint import modelslim_desc as md
 from qwen_npu.patches.fixes import gdn_decode_state_layout as gdn
 from tools import chart as chart_tool
 from tools.paths import CHART_VALUES, REPO
+from tools.perf.report import write_report
 
 PTH = REPO / "qwen_npu" / "patches" / "qwen_npu_patches.pth"
 
@@ -136,7 +130,6 @@ def big_description() -> dict[str, str]:
 
 
 def decisions() -> dict[str, float]:
-
     desc = big_description()
     prefixes = [f"model.language_model.layers.{i}.mlp.experts" for i in range(60)]
     prefixes.append("mtp.layers.0.mlp.experts")
@@ -356,10 +349,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "out" / "perf" / "patches.md")
     args = parser.parse_args()
     text = report(startup(args.runs), decisions(), traffic_report(traffic(), traffic_check()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    return 0
+    return write_report(args.out, [text])
 
 
 if __name__ == "__main__":

@@ -1,56 +1,36 @@
 """Patch ``gdn-decode-state-layout``: plain decode reads the SSM state pool as it is laid out.
 
-What: rebinds ``TritonGDNKernel.decode`` (SGLang's GDN decode call,
-``sglang/srt/layers/attention/linear/kernels/gdn_triton.py``). Two routes, chosen at apply time by
-``QWEN_NPU_GDN_DECODE_ROUTE`` (the chart's ``patches.gdnDecodeRoute``, next to the kill switch):
+What: rebinds ``TritonGDNKernel.decode`` (SGLang's ``.../linear/kernels/gdn_triton.py``), by route
+``QWEN_NPU_GDN_DECODE_ROUTE`` (the chart's ``patches.gdnDecodeRoute``): ``in-place`` (the default)
+runs SGLang's own ``decode`` body with the kernel name it calls bound to
+``qwen_npu.patches.kernels.gdn_decode_v_major``, the replaced kernel's parameters and math on the
+V-major pool where it lies; ``copy`` (also taken, with a WARNING, when that kernel does not import
+or the variable holds anything else) hands the upstream kernel a dense K-major copy of the batch's
+states ``[N, HV, K, V]`` with indices ``0..N-1`` (a negative index stays negative: no store) and
+writes them back V-major. SGLang's code and sgl-kernel-npu's kernel are unchanged either way.
 
-- ``in-place`` (the default): SGLang's own ``decode`` body, run with the kernel name it calls
-  bound to ``qwen_npu.patches.kernels.gdn_decode_v_major`` (a Triton kernel with the replaced
-  kernel's parameters and math that reads and writes each request's state where it lies in the
-  pool, V-major). No copy: the state is read once and written once.
-- ``copy`` (the fallback; also taken when the V-major kernel does not import, or the variable holds
-  anything else, with a WARNING): gathers the batch's states from the pool (``[slots, HV, V, K]``),
-  hands the kernel a dense K-major copy ``[N, HV, K, V]`` with the indices ``0..N-1`` (a negative
-  index stays negative: the kernel starts that row from zeros and stores nothing), calls SGLang's
-  own ``decode`` on it, and writes the updated states back into the pool V-major.
-
-SGLang's code and sgl-kernel-npu's kernel are unchanged either way.
-
-Why: without speculation (``mtp.enabled=false``, the ``make mtp-off`` lever) the decode step runs
-sgl-kernel-npu's Triton kernel ``fused_sigmoid_gating_delta_rule_update_decode_npu``
-(``fla/fused_sigmoid_gating_recurrent_decode_optimized.py``, PR #740), which addresses slot
-``idx`` at ``idx*HV*K*V + i_hv*K*V + o_k*V + o_v`` (K-major), while SGLang 0.5.23's pool and the
-AscendC prefill and verify ops hold the state V-major. With ``V == K == 128`` nothing fails: the
-kernel reads and writes the state transposed, and the text is wrong (under Triton's CPU
-interpreter through SGLang's decode: relative error 1.25 on the output, 0.61 on the state written
-back; patched 3.4e-3 on both, the bf16 state's rounding:
+Why: without speculation (``mtp.enabled=false``, ``make mtp-off``) decode runs sgl-kernel-npu's
+``fused_sigmoid_gating_delta_rule_update_decode_npu`` (PR #740), which addresses slot ``idx`` at
+``idx*HV*K*V + i_hv*K*V + o_k*V + o_v`` (K-major), while SGLang 0.5.23's pool and the AscendC
+prefill and verify ops hold the state V-major. With ``V == K == 128`` nothing fails and the text is
+wrong (under Triton's CPU interpreter through SGLang's decode: relative error 1.25 on the output,
+0.61 on the state written back; patched 3.4e-3 on both, the bf16 state's rounding:
 tests/patches/fixes/test_gdn_decode_state_layout.py). Under NEXTN the target's GDN layers never run
-this kernel, which is why MTP-on output is right. Why a Triton kernel of our own rather than the
-V-major AscendC verify op (``torch.ops.npu.recurrent_gated_delta_rule``, one token per request):
-that op always L2-normalises q and k with another formula (``x * rsqrt(sum x^2 + 1e-6)``), takes
-bf16 states only, turns a negative (padded) index into an unsigned offset, and cannot run here,
-so nothing about it could be proven before the target; the Triton kernel runs under Triton's CPU
-interpreter and agrees with the replaced kernel on a K-major copy to 1e-4 (docs/patches.md).
+this kernel. Not the V-major AscendC verify op instead: it normalises q and k with another formula,
+takes bf16 states only, reads a negative index as unsigned, and cannot run here; our Triton kernel
+runs under the interpreter and agrees with the replaced kernel on a K-major copy to 1e-4.
 
-How: applied when ``gdn_triton`` has been imported (see ``hook``). Behaviour probe: SGLang's
-``decode`` is run on tiny CPU tensors against a recording stand-in kernel; if it hands the kernel
-something other than the pool itself, or the kernel it calls (the name
-``fused_sigmoid_gating_delta_rule_update`` in ``gdn_triton``) addresses the state V-major
-(``kernels.decode_addressing``, read from its source), the fix is upstream. Drift guard:
-0.5.23's signature and source fingerprint of ``TritonGDNKernel.decode``, a kernel that still takes
-``initial_state_source``/``initial_state_indices``, and an addressing that reads as K-major (an
-unreadable one is drift: transposing for a kernel that no longer needs it would break it). The
-route changes neither.
-Hot-path cost per GDN layer and step (``decode_traffic``, counted from the kernels' loads and
-stores and checked under Triton's interpreter): the in-place route moves the replaced kernel's own
-state traffic, 2 x N x HV x V x K x itemsize, plus the token rows (q and k once per tile where the
-replaced kernel loads them per V block; q, k, v, a and b read in place where it copies them); the
-copy route adds
-8 x N x HV x V x K x itemsize (a gather and a transpose copy in, a transpose copy and a scatter
-out): for the 35B profile at batch 32 (TP 2: 16 value heads, 128x128 bf16, 30 GDN layers)
-128 MiB a layer, 3.75 GiB a step (``hot_path_bytes``). Static shapes, no host sync on both
-routes: graph capture keeps working. The decode patch and the GDN contract (``gdn_contract``,
-whose start-up report this module's ``apply`` triggers) are documented in docs/patches.md.
+How: applied when ``gdn_triton`` is imported (``hook``). Behaviour probe: SGLang's ``decode`` on
+tiny CPU tensors against a recording kernel; it is upstream-fixed when SGLang hands the kernel
+something other than the pool, or the kernel it calls addresses the state V-major (read from its
+source, ``upstream.kernels.decode_addressing``). Drift guard: 0.5.23's signature and fingerprint
+of ``TritonGDNKernel.decode``, a kernel still taking ``initial_state_source``/``_indices``, and an
+addressing that reads K-major (unreadable is drift). Cost per GDN layer and step
+(``decode_traffic``, checked under Triton's interpreter): in place, the replaced kernel's own
+state traffic (2 x N x HV x V x K x itemsize) plus the token rows; the copy route adds 8 x N x HV x
+V x K x itemsize (35B at batch 32, TP 2: 128 MiB a layer, 3.75 GiB a step, ``hot_path_bytes``).
+Static shapes, no host sync: graph capture keeps working. ``apply`` also reports the GDN contract
+(``gdn_contract``, docs/patches.md).
 
 Upstream: https://github.com/sgl-project/sglang/pull/34353 (the pull request these patches
 follow); sgl-kernel-npu issue #640 (open: "indexes the SSM state pool K-major while the pool is
@@ -63,7 +43,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 import threading
 import types
 from collections.abc import Callable, Mapping
@@ -103,7 +82,6 @@ PINS = (
     ),
 )  # fmt: skip
 _original: Any = None
-_bound: Any = None  # what TritonGDNKernel.decode is while this patch is applied
 _route: str | None = None
 
 
@@ -144,10 +122,6 @@ def hot_path_bytes(batch: int, heads: int, v: int, k: int, itemsize: int, layers
     return 8 * batch * heads * v * k * itemsize * layers
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def decode_traffic(
     route: str,
     *,
@@ -163,38 +137,31 @@ def decode_traffic(
 ) -> dict[str, int]:
     """Bytes one GDN layer's decode step moves, per tensor, from the kernels' loads and stores.
 
-    Both kernels (the replaced K-major one on the copy, the V-major one in place) issue, per
-    (request, value head) tile: ``cu_seqlens`` twice, ``a``, ``b``, ``A_log``, ``dt_bias`` once
-    each; per V block (``ceil(V / min(next_pow2(V), 64))`` of them) and token: the block's v and
-    o, and the block of state read and written (when the index is >= 0). q and k (K elements
-    each): the replaced kernel per V block and token, ours once per token. The replaced kernel
-    loads the index per V block, ours once per tile. ``batch`` rows (``live`` of them with a
-    token, ``stored`` of those with an index >= 0; both default to ``batch``); ``sizes``:
-    itemsize per tensor (``state``, ``q``, ``k``, ``v``, ``o``, ``a``, ``b``, ``A_log``,
-    ``dt_bias``, ``indices``, ``cu_seqlens``). The copy route adds ``copies``: its four
-    state-sized passes over all ``batch`` rows (``hot_path_bytes``), and, with ``split_views``
-    (q, k, v, a and b handed as views of SGLang's packed projections, as its decode does),
-    ``view_copies``: the replaced wrapper's ``.contiguous()`` of each (read + write); ours reads
-    the views in place.
+    Per (request, value head) tile: ``cu_seqlens`` twice, ``a``, ``b``, ``A_log``, ``dt_bias``
+    once; per V block (``ceil(V / min(next_pow2(V), 64))``) and token: v, o and the state block
+    read and written (index >= 0); q, k and the index: per V block in the replaced kernel, once
+    in ours. ``live`` rows have a token, ``stored`` of them an index >= 0; ``sizes``: itemsize per
+    tensor. The copy route adds ``copies`` (``hot_path_bytes``) and, with ``split_views`` (q, k,
+    v, a, b as views of SGLang's packed projections), ``view_copies``: the replaced wrapper's
+    ``.contiguous()`` of each (read + write); ours reads the views in place.
     """
     if route not in ROUTES:
         raise ValueError(f"route {route!r}: one of {', '.join(ROUTES)}")
     live = batch if live is None else live
     stored = live if stored is None else stored
-    blocks = _cdiv(v, min(1 << max(v - 1, 0).bit_length(), 64))
+    blocks = -(-v // min(1 << max(v - 1, 0).bit_length(), 64))
     tiles, live_tiles = batch * value_heads, live * value_heads
     plane = v * k * sizes["state"]
-    index_loads = blocks if route == COPY else 1
-    qk_loads = blocks if route == COPY else 1
+    per_block = blocks if route == COPY else 1  # q, k and the index: per V block, or once
     traffic = {
         "state_read": stored * value_heads * plane,
         "state_write": stored * value_heads * plane,
-        "q": live_tiles * qk_loads * k * sizes["q"],
-        "k": live_tiles * qk_loads * k * sizes["k"],
+        "q": live_tiles * per_block * k * sizes["q"],
+        "k": live_tiles * per_block * k * sizes["k"],
         "v": live_tiles * v * sizes["v"],
         "o": live_tiles * v * sizes["o"],
         "gating": tiles * (sizes["a"] + sizes["b"] + sizes["A_log"] + sizes["dt_bias"]),
-        "indices": tiles * (index_loads * sizes["indices"] + 2 * sizes["cu_seqlens"]),
+        "indices": tiles * (per_block * sizes["indices"] + 2 * sizes["cu_seqlens"]),
         "copies": 0,
         "view_copies": 0,
     }
@@ -211,17 +178,10 @@ def decode_traffic(
 
 def _route_from(environ: Mapping[str, str]) -> tuple[str, str | None]:
     """(route, why the copy route is taken against the setting, or None)."""
-    raw = environ.get(ROUTE_ENV, "").strip()
-    if raw in ("", IN_PLACE):
-        return IN_PLACE, None
-    if raw == COPY:
-        return COPY, None
+    raw = environ.get(ROUTE_ENV, "").strip() or IN_PLACE
+    if raw in ROUTES:
+        return raw, None
     return COPY, f"{ROUTE_ENV}={raw!r} is not one of {', '.join(ROUTES)}"
-
-
-def _v_major_kernel() -> Callable[..., Any]:
-    kernel: Callable[..., Any] = getattr(importlib.import_module(V_MAJOR_MODULE), V_MAJOR_KERNEL)
-    return kernel
 
 
 def with_kernel(function: Any, module: Any, kernel: Callable[..., Any]) -> Any:
@@ -261,13 +221,9 @@ def _load() -> Any:
     return module
 
 
-def _kernel(module: Any) -> Any:
-    return getattr(module, KERNEL)
-
-
 def addressing(module: Any) -> kernels.Reading:
     """How the kernel SGLang's decode calls addresses the state, read from its module's source."""
-    kernel = _kernel(module)
+    kernel = getattr(module, KERNEL)
     where = f"{getattr(kernel, '__module__', '?')}:{getattr(kernel, '__name__', '?')}"
     text = source.module_source(kernel)
     if text is None:
@@ -314,7 +270,7 @@ def _check(module: Any) -> str | None:
     mismatch = core.pin_mismatch(pin, getattr(module, CLASS).__dict__[METHOD])
     if mismatch is not None:
         return mismatch
-    params = core.parameter_names(_kernel(module))
+    params = core.parameter_names(getattr(module, KERNEL))
     if params is not None and not set(KERNEL_PARAMS) <= set(params):
         return f"{KERNEL}: parameters {params} lack {KERNEL_PARAMS} (sgl-kernel-npu changed)"
     reading = addressing(module)
@@ -324,7 +280,7 @@ def _check(module: Any) -> str | None:
 
 
 def _rebind(module: Any) -> str:
-    global _original, _bound, _route
+    global _original, _route
     cls = getattr(module, CLASS)
     _original = cls.__dict__[METHOD]
     reading = addressing(module)
@@ -332,11 +288,12 @@ def _rebind(module: Any) -> str:
     bound: Any = k_major_decode
     if route == IN_PLACE:
         try:
-            bound = with_kernel(_original, module, _v_major_kernel())
+            kernel = getattr(importlib.import_module(V_MAJOR_MODULE), V_MAJOR_KERNEL)
+            bound = with_kernel(_original, module, kernel)
         except Exception as exc:  # any import failure of torch/triton/the kernel: the copy route
             route, why = COPY, f"{V_MAJOR_MODULE} does not import ({type(exc).__name__}: {exc})"
-    _bound, _route = bound, route
-    setattr(cls, METHOD, bound)
+    _route = route
+    _once.rebind(cls, METHOD, bound)
     if why is not None:
         log(
             "warning",
@@ -345,21 +302,21 @@ def _rebind(module: Any) -> str:
             reason=why,
             next=f"set {ROUTE_ENV} to {IN_PLACE} (the chart's patches.gdnDecodeRoute) or {COPY}",
         )
-    kernel = f"the kernel: {reading.reason}, line {reading.line}"
+    about = f"the kernel: {reading.reason}, line {reading.line}"
     if route == IN_PLACE:
         return (
             f"{CLASS}.{METHOD} rebound, route {IN_PLACE}: SGLang's decode calls "
-            f"{V_MAJOR_MODULE}.{V_MAJOR_KERNEL} on the V-major pool ({kernel})"
+            f"{V_MAJOR_MODULE}.{V_MAJOR_KERNEL} on the V-major pool ({about})"
         )
     return (
         f"{CLASS}.{METHOD} wrapped, route {COPY}: the kernel gets a K-major copy of the "
-        f"batch's states ({kernel})"
+        f"batch's states ({about})"
     )
 
 
 def route() -> str | None:
     """The route this process took (``in-place`` or ``copy``); None while not applied."""
-    return _route if active() else None
+    return _route if _once.active() else None
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
@@ -379,20 +336,4 @@ def apply() -> core.Outcome:
     return outcome
 
 
-def active() -> bool:
-    """True when SGLang's TritonGDNKernel.decode currently is this patch's wrapper."""
-    module = sys.modules.get(GDN_TRITON)
-    cls = getattr(module, CLASS, None)
-    return cls is not None and _bound is not None and cls.__dict__.get(METHOD) is _bound
-
-
-def revert() -> None:
-    """Put SGLang's decode back and forget the outcome (tests, debugging)."""
-    global _original, _bound, _route
-    with _once.lock:
-        cls = getattr(sys.modules.get(GDN_TRITON), CLASS, None)
-        if _original is not None and cls is not None:
-            setattr(cls, METHOD, _original)
-        _original = _bound = _route = None
-        _once.forget()
-        core.OUTCOMES.pop(INFO.name, None)
+active, revert = _once.active, _once.revert  # revert: tests, debugging

@@ -29,7 +29,6 @@ for the transposed-state mover fix; this patch does not cover that.
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -201,29 +200,15 @@ def _effect(module: Any) -> tuple[str, str]:
 
 def _rebind(module: Any) -> str:
     global _original
-    _original = getattr(module, KERNEL)
-    setattr(module, KERNEL, ub_aware_move_intermediate_cache)
+    _original = _once.rebind(module, KERNEL, ub_aware_move_intermediate_cache)
     return f"{KERNEL} in {CALLER_CLASS}'s module wrapped: h_block_size planned from the UB budget"
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind, effect=_effect)
-apply = _once.apply  # once per process: later calls return the first outcome
-
-
-def active() -> bool:
-    """True when the backend module's kernel name currently is this patch's wrapper."""
-    module = sys.modules.get(BACKEND_MODULE)
-    return getattr(module, KERNEL, None) is ub_aware_move_intermediate_cache
+apply, active = _once.apply, _once.active  # once per process: later calls, the first outcome
 
 
 def revert() -> None:
     """Put SGLang's kernel reference back and forget the outcome and plans (tests, debugging)."""
-    global _original
-    with _once.lock:
-        module = sys.modules.get(BACKEND_MODULE)
-        if _original is not None and module is not None:
-            setattr(module, KERNEL, _original)
-        _original = None
-        _once.forget()
-        _plans.clear()
-        core.OUTCOMES.pop(INFO.name, None)
+    _once.revert()
+    _plans.clear()

@@ -128,28 +128,10 @@ def _check(t: _Targets) -> str | None:
 
 def _rebind(t: _Targets) -> str:
     global _original, _fused_moe_cls
-    _original = t.config_cls.get_quant_method
     _fused_moe_cls = t.fused_moe_cls
-    t.config_cls.get_quant_method = unquant_fallback_get_quant_method
+    _original = _once.rebind(t.config_cls, "get_quant_method", unquant_fallback_get_quant_method)
     return "ModelSlimConfig.get_quant_method wrapped: all-FLOAT FusedMoE layers load unquantized"
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-apply = _once.apply  # once per process: later calls return the first outcome
-
-
-def active() -> bool:
-    """True when SGLang's method currently is this patch's wrapper."""
-    module = sys.modules.get(MODELSLIM_MODULE)
-    config_cls = getattr(module, "ModelSlimConfig", None)
-    return getattr(config_cls, "get_quant_method", None) is unquant_fallback_get_quant_method
-
-
-def revert() -> None:
-    """Put SGLang's method back and forget the outcome (tests and debugging)."""
-    global _original
-    with _once.lock:
-        if _original is not None:
-            sys.modules[MODELSLIM_MODULE].ModelSlimConfig.get_quant_method = _original
-        _original = None
-        _once.forget()
+apply, active, revert = _once.apply, _once.active, _once.revert  # revert: tests, debugging

@@ -138,38 +138,16 @@ def _check(module: Any) -> str | None:
 
 def _rebind(module: Any) -> str:
     global _original
-    _original = getattr(module, FUNCTION)
+    _original = _once.rebind(module, FUNCTION, mtp_quant_config_modelslim_aware)
     also = []
     for name in BY_NAME_IMPORTERS:
         importer = sys.modules.get(name)
         if importer is not None and getattr(importer, FUNCTION, None) is _original:
-            setattr(importer, FUNCTION, mtp_quant_config_modelslim_aware)
+            _once.rebind(importer, FUNCTION, mtp_quant_config_modelslim_aware)
             also.append(name)
-    module._mtp_quant_config = mtp_quant_config_modelslim_aware
     suffix = f" (also in {', '.join(also)})" if also else ""
     return f"{FUNCTION} wrapped: an all-FLOAT ModelSlim MTP is built without quant config{suffix}"
 
 
 _once = core.Once(INFO, load=_load, probe=_probe, check=_check, rebind=_rebind)
-apply = _once.apply  # once per process: later calls return the first outcome
-
-
-def active() -> bool:
-    """True when SGLang's module function currently is this patch's wrapper."""
-    module = sys.modules.get(MTP_MODULE)
-    return getattr(module, FUNCTION, None) is mtp_quant_config_modelslim_aware
-
-
-def revert() -> None:
-    """Put SGLang's function back and forget the outcome (tests and debugging)."""
-    global _original
-    with _once.lock:
-        if _original is not None:
-            for name in (MTP_MODULE, *BY_NAME_IMPORTERS):
-                module = sys.modules.get(name)
-                if module is not None and getattr(module, FUNCTION, None) is (
-                    mtp_quant_config_modelslim_aware
-                ):
-                    setattr(module, FUNCTION, _original)
-        _original = None
-        _once.forget()
+apply, active, revert = _once.apply, _once.active, _once.revert  # revert: tests, debugging

@@ -1,43 +1,22 @@
 """Plain-decode GDN kernel that updates the SSM state pool where it lies, V-major, in place.
 
-Why: SGLang 0.5.23 keeps a slot's state as ``[HV, V, K]`` (element ``[v][k]`` of the math state
-``S[k][v]`` at ``v*K + k``), as the AscendC prefill and verify ops read and write it, while the
-decode kernel it calls on NPU (sgl-kernel-npu PR #740,
-``fused_sigmoid_gating_delta_rule_update_decode_npu``) addresses ``k*V + v``. The copy route of
-``gdn-decode-state-layout`` hands that kernel a K-major copy and writes it back (8 state-sized
-passes beside the kernel's own 2); this kernel does the replaced kernel's math on the pool's own
-order, so the state is read once and written once.
+Why: SGLang 0.5.23 keeps a slot's state as ``[HV, V, K]`` (math state ``S[k][v]`` at ``v*K + k``),
+as the AscendC prefill and verify ops read it, while the decode kernel it calls on NPU
+(sgl-kernel-npu PR #740) addresses ``k*V + v``. The copy route of ``gdn-decode-state-layout``
+transposes around that kernel (8 state-sized passes beside its own 2); this kernel does its math
+on the pool's own order, reading and writing the state once.
 
-Same math as the replaced kernel, step for step: per (request, value head) the gating
-``g = -exp(A_log) * softplus(a + dt_bias)`` (softplus with ``softplus_beta`` and
-``softplus_threshold``), decay ``exp(g)``, ``beta = sigmoid(b)``; q and k L2-normalised
-(``x / (sqrt(sum x^2) + 1e-6)``) when the caller asks, q times ``scale`` (``K**-0.5`` if None);
-``h *= decay; v -= sum_k h*k; v *= beta; h += k v^T; o = sum_k h*q`` in fp32, the state stored in
-the pool's dtype. A negative index starts from zeros and stores nothing; a row of ``cu_seqlens``
-with no token (a graph's padding rows) touches nothing; token ``t`` of a row uses slot
-``idx + t`` (decode has one token per row), all as the replaced kernel does.
-
-Written for triton-ascend with the replaced kernel's constructs only (``tl.arange``, masked
-``tl.load``/``tl.store``, ``tl.range`` over runtime bounds, ``tl.sum``, ``tl.zeros``,
-``tl.where``, ``tl.cdiv`` on constexprs, a branch on a loaded index): power-of-two blocks
-(``BK = next_pow2(K)``, ``BV = min(next_pow2(V), 64)``: the replaced kernel's tile, a
-``[64, 128]`` fp32 tile is 32 KiB of the 192 KiB UB), static shapes (heads and dims are
-constexpr), no host sync (the grid comes from shapes and the vector-core count), and contiguous
-tile loads: the tile is ``[BV, BK]`` with rows ``v``, each row ``K`` contiguous elements, so a
-tile is one dense ``BV*K`` block when ``BK == K``. A 1-D grid capped at the vector-core count
-loops over (request, value head) tiles and launches with ``num_warps=4``, ``multibuffer=False``,
-as the replaced kernel does. The slot offset is computed in int64 (the replaced kernel's int32
-product overflows past 2**31 elements of one layer's pool).
-
-Two things the replaced kernel re-does are done once (issue 41): q and k are loaded and
-L2-normalised once per token of a tile, outside the V-block loop (decode: once per (request,
-head), where the replaced kernel does it per V block, twice at V = 128), and q, k, v, a and b are
-read through their strides: SGLang's decode passes views of its packed projections (``torch.split``
-of ``mixed_qkv``, and of the ``a``/``b`` projection), which the replaced kernel copies first (two
-small copy kernels per layer and step for a and b alone). Masked loads fill 0, so a K or V that is
-not a power of two (not its block) adds nothing from the padding lanes to the norms and sums.
-
-Imported lazily by the fix (triton exists only in the engine and test environments).
+Same math, step for step, as the replaced kernel (``kernels/reference.py`` states it; fp32 inside,
+the state stored in the pool's dtype), and the same edge cases: a negative index starts from zeros
+and stores nothing, a row of ``cu_seqlens`` without a token touches nothing, token ``t`` of a row
+uses slot ``idx + t``. Written with the replaced kernel's triton-ascend constructs only: its tile
+(``BK = next_pow2(K)``, ``BV = min(next_pow2(V), 64)``: a ``[64, 128]`` fp32 tile is 32 KiB of the
+192 KiB UB), static shapes, no host sync, a 1-D grid capped at the vector-core count,
+``num_warps=4``, ``multibuffer=False``; the slot offset in int64 (the replaced kernel's int32
+product overflows past 2**31 elements of one layer's pool). Two things it re-does are done once
+(issue 41): q and k are loaded and normalised once per token, outside the V-block loop, and q, k,
+v, a and b are read through their strides (SGLang passes views of its packed projections, which
+the replaced kernel copies first). Imported lazily by the fix (torch and triton).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The one command line, ``qwen-npu <verb>``, and the one list of its verbs (``VERBS``).
-
-Each verb lives in the part that owns it; this module only dispatches, importing the verb's module
-lazily so that ``qwen-npu preflight`` in the engine image never imports the sidecar's libraries.
-A message that tells the user to run ``qwen-npu <verb>`` may only name a verb of ``VERBS``
-(tests/test_cli.py walks every such message in the code against it).
-"""
+"""The one command line, ``qwen-npu <verb>``, and the one list of its verbs (``VERBS``; a message
+may name only these). It imports a verb's module lazily, so that ``qwen-npu preflight`` in the
+engine image never imports the sidecar's libraries."""
 
 from __future__ import annotations
 

@@ -50,9 +50,8 @@ class AlertGroup:
 
 
 # --- engine ---------------------------------------------------------------------------------------
-# All three read the sidecar's view of the engine, which keeps reporting while the engine loads or
-# hangs. The startup elapsed gauge freezes at the first ready, so "it stopped changing" tells a
-# finished startup from one in progress: a loading engine pages as StartupSlow only.
+# The sidecar's view of the engine; the startup gauge freezes at the first ready, so "it stopped
+# changing" tells a finished startup from one in progress: a loading engine pages as StartupSlow.
 
 _STARTED = "changes(qwen_npu_engine_startup_elapsed_seconds[5m]) == 0"
 
@@ -97,8 +96,7 @@ ENGINE = AlertGroup(
 
 
 # --- slo ------------------------------------------------------------------------------------------
-# p99 over the rate window against the chart's threshold for ten minutes, only while traffic
-# flows (a quantile of no requests is NaN, which never compares true); ranks folded.
+# p99 against the chart's threshold, only while traffic flows (a quantile of nothing is NaN).
 
 
 def _p99_slo_burn(name: str, what: str, histogram: str, threshold: str) -> Alert:
@@ -144,10 +142,8 @@ SLO = AlertGroup(
 
 
 # --- output ---------------------------------------------------------------------------------------
-# Acceptance is recorded once (generated tokens per verify call over 10 minutes, per engine): the
-# dashboards plot it and the collapse alert compares it. It exists only while MTP runs and traffic
-# flows; a collapse means a wrong draft module (a quantized MTP head, a corrupted mamba state),
-# which the canary catches on the output side (the garbled NEXTN text of sgl-kernel-npu PR #748).
+# Acceptance is recorded once, for the dashboards and the alert. A collapse means a wrong draft
+# module (a quantized MTP head, a corrupted mamba state), which the canary sees in the output.
 
 SPEC_ACCEPT_LENGTH = Recording(
     "qwen_npu:spec_accept_length:rate10m",
@@ -197,11 +193,9 @@ OUTPUT = AlertGroup(
 
 
 # --- patches --------------------------------------------------------------------------------------
-# From the patches' state file, as the sidecar reports it. disabled and upstream-fixed never page;
-# drifted and target-missing do unless the engine's mode does not use the patch
-# (docs/patches.md "Strictness by mode"); unknown (no file) only once the engine is ready (the
-# patches write it while it starts). A failing GDN contract link means garbled output with
-# nothing crashing; an unknown link is evidence, not a page.
+# disabled and upstream-fixed never page; drifted and target-missing do unless the engine's mode
+# does not use the patch (docs/patches.md "Strictness by mode"); unknown (no state file) only once
+# the engine is ready. A failing GDN contract link means garbled output with nothing crashing.
 
 PATCHES = AlertGroup(
     "qwen-npu.patches",
@@ -284,8 +278,7 @@ NPU = AlertGroup(
 
 
 # --- router ---------------------------------------------------------------------------------------
-# A replica still draining after 15 minutes holds a rollout and its accelerators; a worker the
-# router ejected for 2 minutes serves nobody while still counted as a replica.
+# A replica draining for 15 minutes holds a rollout; an ejected worker serves nobody.
 
 ROUTER = AlertGroup(
     "qwen-npu.router",
@@ -318,10 +311,6 @@ GROUPS: tuple[AlertGroup, ...] = (ENGINE, SLO, OUTPUT, PATCHES, NPU, ROUTER)
 
 def all_alerts() -> tuple[Alert, ...]:
     return tuple(a for g in GROUPS for a in g.alerts)
-
-
-def by_name() -> dict[str, Alert]:
-    return {a.name: a for a in all_alerts()}
 
 
 def all_recordings() -> tuple[Recording, ...]:

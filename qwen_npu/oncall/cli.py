@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from qwen_npu.cli_parser import OneLineParser, error_line, port
-from qwen_npu.oncall import release as rel
 from qwen_npu.patches.registry import PATCHES
 from qwen_npu.ports import ENGINE_PORT, SIDECAR_PORT
 
@@ -62,6 +61,69 @@ def router_workers_probe(url: str) -> str:
         "print('router workers:', len(w), 'healthy:', len(w) - len(bad)); "
         "sys.exit(1 if bad or not w else 0)"
     )
+
+
+# What a release is made of, read from its own manifest (``helm get manifest``): the chart names
+# objects after nameOverride, fullnameOverride and the release, and renders the engine as a
+# Deployment or a LeaderWorkerSet; rather than copy that rule, read what it rendered (the chart's
+# own YAML layout, checked by tests/oncall against helm renders). Selectors use only the labels
+# every engine pod carries whatever the overrides.
+
+ENGINE_KINDS = ("Deployment", "LeaderWorkerSet")
+#: kubectl's resource name for each engine kind.
+RESOURCE = {"Deployment": "deployment", "LeaderWorkerSet": "leaderworkerset"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One rendered object: its kind, its name and its app.kubernetes.io/component label."""
+
+    kind: str
+    name: str
+    component: str | None
+
+    @property
+    def ref(self) -> str:
+        """``deployment/<name>``: what kubectl takes."""
+        return f"{RESOURCE.get(self.kind, self.kind.lower())}/{self.name}"
+
+
+def objects(manifest: str) -> list[Workload]:
+    """Every object of a manifest: kind, metadata.name, metadata.labels' component."""
+    found = []
+    for doc in re.split(r"^---\s*$", manifest, flags=re.M):
+        kind = re.search(r"^kind:\s*(\S+)\s*$", doc, flags=re.M)
+        meta = re.search(r"^metadata:\s*\n((?:[ \t]+.*\n?|\s*\n)*)", doc, flags=re.M)
+        if kind is None or meta is None:
+            continue
+        block = meta.group(1)
+        name = re.search(r"^  name:\s*['\"]?([^'\"\s]+)", block, flags=re.M)
+        component = re.search(
+            r"^    app\.kubernetes\.io/component:\s*['\"]?([^'\"\s]+)", block, flags=re.M
+        )
+        if name is not None:
+            found.append(Workload(kind[1], name[1], component[1] if component else None))
+    return found
+
+
+def engine_workload(manifest: str) -> Workload | None:
+    """The engine's Deployment or LeaderWorkerSet (component ``engine``); None if not one."""
+    engines = [o for o in objects(manifest) if o.kind in ENGINE_KINDS and o.component == "engine"]
+    return engines[0] if len(engines) == 1 else None
+
+
+def engine_selector(release: str) -> str:
+    """Every engine pod of the release (LeaderWorkerSet workers included)."""
+    return f"app.kubernetes.io/instance={release},app.kubernetes.io/component=engine"
+
+
+def serving_selector(release: str) -> str:
+    """The pods that serve the API: every engine pod, or the LeaderWorkerSet leaders."""
+    return engine_selector(release) + ",qwen-npu.io/role=leader"
+
+
+def router_selector(release: str) -> str:
+    return f"app.kubernetes.io/instance={release},app.kubernetes.io/component=router"
 
 
 @dataclass
@@ -149,7 +211,7 @@ class OnCall:
             f"next: check {release}, {ns} and kubectl config current-context",
         )
 
-    def engine(self) -> rel.Workload:
+    def engine(self) -> Workload:
         manifest = self.read(
             [*self.helm, "get", "manifest", self.release, "--namespace", self.namespace]
         )
@@ -158,7 +220,7 @@ class OnCall:
                 f"{self.switch}: helm get manifest {self.release} failed (its error is above); "
                 f"next: {self.cmd('status')}"
             )
-        found = rel.engine_workload(manifest)
+        found = engine_workload(manifest)
         if found is None:
             raise Stop(
                 f"{self.switch}: the manifest of release {self.release} has no engine Deployment "
@@ -168,8 +230,8 @@ class OnCall:
 
     def wait(self) -> None:
         """Rollout, pod readiness, the sidecar's /readyz; the next step when one does not come."""
-        engine_sel = rel.engine_selector(self.release)
-        serving = rel.serving_selector(self.release)
+        engine_sel = engine_selector(self.release)
+        serving = serving_selector(self.release)
         status = self.cmd("status")
         workload = self.engine()
         if workload.kind == "Deployment":
@@ -275,7 +337,7 @@ class OnCall:
             f"kubectl cannot list pods in {ns} (its error is above); next: kubectl auth can-i "
             f"list pods --namespace {ns}",
         )  # fmt: skip
-        pod = self.first_pod(rel.serving_selector(self.release))
+        pod = self.first_pod(serving_selector(self.release))
         if not pod:
             raise Stop(
                 f"{self.switch}: no serving engine pod of release {self.release} in {ns}; next: "
@@ -287,7 +349,7 @@ class OnCall:
             f"the sidecar of {pod} did not answer /status (its error is above); next: "
             f"kubectl --namespace {ns} logs {pod} -c sidecar --tail=50",
         )  # fmt: skip
-        router = self.first_pod(rel.router_selector(self.release))
+        router = self.first_pod(router_selector(self.release))
         if not router:
             self.say(
                 f"no router pod in release {self.release} (router.enabled=false): clients reach "

@@ -8,8 +8,7 @@ latency histograms are prometheus_client objects (an observation has nowhere els
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -29,26 +28,7 @@ from qwen_npu.metrics.catalogue import (
     PREFIX,
     UB_SOURCES,
 )
-from qwen_npu.sidecar.canary import CanaryRunner
-from qwen_npu.sidecar.config import Settings
-from qwen_npu.sidecar.engine_client import EngineErrors
-from qwen_npu.sidecar.health import HealthProbe, HealthTracker
-from qwen_npu.sidecar.info import InfoReader
-from qwen_npu.sidecar.ub import UbStats
-
-
-class Readings(Protocol):
-    """What the collector reads; the ``Monitor`` is one (the collector never imports it)."""
-
-    settings: Settings
-    clock: Callable[[], float]
-    health: HealthTracker
-    probe: HealthProbe
-    info: InfoReader
-    canary: CanaryRunner
-    errors: EngineErrors
-    ub_predicted: UbStats
-
+from qwen_npu.sidecar.monitor import Monitor
 
 #: One sample: its label values (in the spec's label order) and its value.
 Sample = tuple[Sequence[str], float]
@@ -85,7 +65,7 @@ def _states(current: dict[str, str], states: Sequence[str]) -> list[Sample]:
 class SidecarCollector(Collector):
     """Builds every ``CATALOGUE`` family from the monitor's trackers, in catalogue order."""
 
-    def __init__(self, monitor: Readings) -> None:
+    def __init__(self, monitor: Monitor) -> None:
         self.monitor = monitor
 
     def collect(self) -> Iterator[Metric]:
@@ -153,7 +133,7 @@ class SidecarCollector(Collector):
                 yield _family(spec.name, gauges[short])
 
 
-def registry_for(monitor: Readings) -> CollectorRegistry:
+def registry_for(monitor: Monitor) -> CollectorRegistry:
     """A private registry with only the sidecar's collector (no process or platform metrics)."""
     registry = CollectorRegistry()
     registry.register(SidecarCollector(monitor))

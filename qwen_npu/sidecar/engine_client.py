@@ -51,12 +51,6 @@ class EngineResponse:
             raise EngineError("malformed", f"body is a JSON {type(data).__name__}, not an object")
         return data
 
-    def text(self) -> str:
-        try:
-            return self.body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise EngineError("malformed", f"body is not UTF-8 ({exc.reason})") from None
-
 
 class EngineClient:
     """An httpx client bound to the engine's base URL, with bounded reads."""

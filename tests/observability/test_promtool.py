@@ -75,7 +75,7 @@ def _seconds(duration: str) -> int:
 
 @pytest.mark.parametrize("alert", [a.name for a in alerts.all_alerts()])
 def test_every_alert_is_tested_on_both_sides_of_for(alert: str) -> None:
-    spec = alerts.by_name()[alert]
+    spec = {a.name: a for a in alerts.all_alerts()}[alert]
     cases = [c for c in _cases() if c["alertname"] == alert]
     firing = [c for c in cases if c["exp_alerts"]]
     quiet = [c for c in cases if not c["exp_alerts"]]

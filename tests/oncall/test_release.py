@@ -1,4 +1,4 @@
-"""qwen_npu/oncall/release.py reads the engine's name and kind from helm renders of the chart:
+"""qwen_npu/oncall/cli.py reads the engine's name and kind from helm renders of the chart:
 the release name, nameOverride and fullnameOverride, a LeaderWorkerSet, the router beside it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from qwen_npu.oncall import release as rel
+from qwen_npu.oncall import cli as rel
 from tools import chart as chart_tool
 
 from .stand_ins import manifest

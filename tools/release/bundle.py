@@ -53,16 +53,10 @@ def bundle(record_path: Path, dest: Path, keyring: Path, site_registry: str | No
         shutil.copy2(bom, dest / info["sbom"]["path"])
         lines.append(info["reference"])
     (dest / "chart").mkdir()
-    pulled = chart.pull(target, registry, record["chart"]["version"], keyring, work)
-    if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
-        raise ReleaseError(
-            f"{target}: the chart in the registry is not the released one (sha256 "
-            f"{pulled['archive_sha256']} against the record's): digest mismatch"
-        )
-    shutil.copy2(pulled["archive"], dest / "chart" / record["chart"]["archive"])
-    shutil.copy2(
-        Path(str(pulled["archive"]) + ".prov"), dest / "chart" / record["chart"]["provenance"]
-    )
+    rec = record["chart"]
+    pulled = chart.pull(target, registry, rec["version"], keyring, work, rec["archive_sha256"])
+    shutil.copy2(pulled["archive"], dest / "chart" / rec["archive"])
+    shutil.copy2(Path(f"{pulled['archive']}.prov"), dest / "chart" / rec["provenance"])
     shutil.rmtree(work)
     (dest / "keys").mkdir()
     shutil.copy2(keyring, dest / "keys" / "site.gpg")
@@ -246,11 +240,7 @@ def bundle_load(
         version = record["chart"]["version"]
         chart_digest = chart.push(staged / archive.name, target, registry, out)
         publisher.pushed_chart(target, version, chart_digest)
-        pulled = chart.pull(target, registry, version, keyring, out)
-        if pulled["archive_sha256"] != record["chart"]["archive_sha256"]:
-            raise ReleaseError(
-                f"{target}: the chart pulled back is not the bundle's: digest mismatch"
-            )
+        chart.pull(target, registry, version, keyring, out, record["chart"]["archive_sha256"])
         for name, info in record["images"].items():
             repo = target.repo(name)
             body = (registry.get_manifest(repo, info["tag"]) or (b"", ""))[0]

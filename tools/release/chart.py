@@ -136,10 +136,11 @@ def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
 
 
 def pull(
-    target: Target, registry: Registry, version: str, keyring: Path, work: Path
+    target: Target, registry: Registry, version: str, keyring: Path, work: Path, sha256: str = ""
 ) -> dict[str, Any]:
     """helm pull oci://.../charts/qwen-npu and its provenance layer, then Helm's provenance check
-    (what `helm pull --verify` does): the archive, its sha256 and the signer."""
+    (what `helm pull --verify` does) and, given `sha256`, the archive's: the archive, its sha256
+    and the signer."""
     dest = work / "pulled"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -157,7 +158,13 @@ def pull(
             if layer["mediaType"] == PROV_MEDIA_TYPE:
                 blob = Path(tmp) / layer["digest"].removeprefix("sha256:")
                 shutil.copy(blob, dest / f"{archive.name}.prov")
-    return {"archive": archive, "archive_sha256": sha256_file(archive), **verify(archive, keyring)}
+    got = sha256_file(archive)
+    if sha256 and got != sha256:
+        raise ReleaseError(
+            f"{target}: {CHART}:{version} in the registry is not the released one (sha256 {got}, "
+            f"the release's {sha256}): digest mismatch"
+        )
+    return {"archive": archive, "archive_sha256": got, **verify(archive, keyring)}
 
 
 def render_images(archive: Path, values: dict[str, Any] | None = None) -> set[str]:

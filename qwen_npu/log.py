@@ -82,13 +82,9 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().__init__()
         self.setFormatter(Formatter(part))
 
-    @property
-    def stream(self) -> object:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # under the handler's lock
+        super().emit(record)
 
 
 def get_logger(part: str, level: str | None = None) -> logging.Logger:

@@ -60,49 +60,36 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-class RenderError(ValueError):
-    """The chart could not be rendered into a rule file."""
-
-
-def _load_values(path: Path | None) -> dict[str, Any]:
+def _render_rules(args: argparse.Namespace) -> int:
+    """The rules as the chart deploys them, rendered by Helm's Go SDK (offline, no cluster)."""
+    path: Path | None = args.values
     try:
-        data = yaml.safe_load(path.read_text()) if path is not None else None
+        values = yaml.safe_load(path.read_text()) if path is not None else None
     except (OSError, yaml.YAMLError) as exc:
-        raise RenderError(f"{path}: cannot read values ({exc}); pass a YAML mapping") from None
-    if data is not None and not isinstance(data, dict):
-        raise RenderError(f"{path}: values must be a YAML mapping at the top level")
-    return data or {}
-
-
-def render_rules(chart: Path, values: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """The ``spec`` (``groups:``) of the PrometheusRule the chart renders with ``values``, by
-    Helm's Go SDK (helm-python-sdk: offline, no cluster)."""
+        return fail(PROG, f"{path}: cannot read values ({exc}); pass a YAML mapping")
+    if values is not None and not isinstance(values, dict):
+        return fail(PROG, f"{path}: values must be a YAML mapping at the top level")
     try:
         # lazy: an extra's (pyproject.toml); the base install goes without
         from helm_python import Chart, HelmError
     except ImportError as exc:
-        raise RenderError(
-            f"helm-python-sdk is not installed ({exc}); run make setup or "
-            "pip install 'qwen-npu[dev]'"
-        ) from None
+        return fail(
+            PROG,
+            f"helm-python-sdk is not installed ({exc}); run make setup or pip install "
+            "'qwen-npu[dev]'",
+        )
+    chart: Path = args.chart
     try:
-        rendered = Chart.load(str(chart)).render(values, name="qwen-npu", namespace=namespace)
+        rendered = Chart.load(str(chart)).render(
+            values or {}, name="qwen-npu", namespace=args.namespace
+        )
     except HelmError as exc:
-        raise RenderError(f"{chart}: helm render failed: {exc}") from None
+        return fail(PROG, f"{chart}: helm render failed: {exc}")
     docs = [d for d in yaml.safe_load_all(rendered.get(f"{chart.name}/{RULE_TEMPLATE}", "")) if d]
     if not docs:
-        raise RenderError(
-            f"{chart}: {RULE_TEMPLATE} rendered nothing; set monitoring.prometheusRule.enabled=true"
-        )
+        enable = "monitoring.prometheusRule.enabled=true"
+        return fail(PROG, f"{chart}: {RULE_TEMPLATE} rendered nothing; set {enable}")
     spec: dict[str, Any] = docs[0]["spec"]
-    return spec
-
-
-def _render_rules(args: argparse.Namespace) -> int:
-    try:
-        spec = render_rules(args.chart, _load_values(args.values), args.namespace)
-    except RenderError as exc:
-        return fail(PROG, str(exc))
     out: Path = args.render_rules
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(spec, sort_keys=False, width=1000))

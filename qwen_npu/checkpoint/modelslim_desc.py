@@ -99,41 +99,28 @@ def _missing_message(desc: Mapping[str, Any], prefix: str) -> str:
     return f"Missing ModelSlim MoE quantization description for layer {prefix}: " + "; ".join(tried)
 
 
-class _ExpertIndex:
-    """Per (layer name, projection): the set of schemes over all experts. Built in one pass."""
-
-    def __init__(self, desc: Mapping[str, Any]) -> None:
-        self.schemes: dict[tuple[str, str], set[str]] = {}
-        for key, value in desc.items():
-            if not key.endswith(".weight"):
-                continue
-            match = _EXPERT_KEY.match(key)
-            if match is not None:
-                self.schemes.setdefault((match[1], match[3]), set()).add(str(value))
+_index_cache: tuple[Mapping[str, Any], int, dict[tuple[str, str], set[str]]] | None = None
 
 
-_index_cache: tuple[Mapping[str, Any], int, _ExpertIndex] | None = None
-
-
-def _expert_index(desc: Mapping[str, Any]) -> _ExpertIndex:
-    """One index per description object (SGLang builds the config once per process)."""
+def _expert_schemes(desc: Mapping[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """(layer name, projection) -> the schemes over all experts, built in one pass and kept per
+    description object (SGLang builds the config once per process)."""
     global _index_cache
-    cached = _index_cache
-    if cached is not None and cached[0] is desc and cached[1] == len(desc):
-        return cached[2]
-    index = _ExpertIndex(desc)
-    _index_cache = (desc, len(desc), index)
-    return index
+    if _index_cache is not None and _index_cache[0] is desc and _index_cache[1] == len(desc):
+        return _index_cache[2]
+    schemes: dict[tuple[str, str], set[str]] = {}
+    for key, value in desc.items():
+        match = _EXPERT_KEY.match(key) if key.endswith(".weight") else None
+        if match is not None:
+            schemes.setdefault((match[1], match[3]), set()).add(str(value))
+    _index_cache = (desc, len(desc), schemes)
+    return schemes
 
 
 def all_experts_float(desc: Mapping[str, Any], found: MoeSchemes) -> bool:
     """True when every expert (not only expert 0) of the resolved layer is FLOAT."""
-    index = _expert_index(desc)
-    for projection in found.convention:
-        schemes = index.schemes.get((found.prefix, projection))
-        if schemes is None or schemes != {"FLOAT"}:
-            return False
-    return True
+    schemes = _expert_schemes(desc)
+    return all(schemes.get((found.prefix, p)) == {"FLOAT"} for p in found.convention)
 
 
 def moe_all_float(desc: Mapping[str, Any], prefix: str) -> bool:

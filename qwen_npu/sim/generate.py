@@ -138,9 +138,7 @@ class GenerateHandlers:
         try:
             eng.submit(req, arrived)
         except QueueFull:
-            return JSONResponse(
-                proto.error_body("the waiting queue is full", 503, "busy"), status_code=503
-            )
+            return proto.error("the waiting queue is full", 503, "busy")
         sim.in_flight += 1
         released = False
 
@@ -157,7 +155,7 @@ class GenerateHandlers:
             while not (await req.next_chunks())[-1].finished:
                 pass
         except Aborted:
-            return JSONResponse(proto.error_body("aborted", 500, "aborted"), status_code=500)
+            return proto.error("aborted", 500, "aborted")
         finally:  # also on cancellation (client gone): the slot is freed at once
             release()
         return JSONResponse(whole(req))

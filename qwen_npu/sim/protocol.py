@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi.responses import JSONResponse
+
 from qwen_npu.sim.config import SimConfig
 from qwen_npu.sim.scheduler import Chunk, Request
 from qwen_npu.sim.tokens import detokenize, text_to_ids
@@ -255,11 +257,8 @@ class OpenAIStream:
 
 def openai_body(req: Request, rid: str, model: str, chat: bool) -> dict[str, Any]:
     text = detokenize(req.tokens.ids)
-    choice: dict[str, Any] = {"index": 0}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None}
-    else:
-        choice["text"] = text
+    message = {"role": "assistant", "content": text, "reasoning_content": None}
+    choice: dict[str, Any] = {"index": 0, "message" if chat else "text": message if chat else text}
     choice.update({"logprobs": None, "finish_reason": "length", "matched_stop": None})
     return {
         "id": rid,
@@ -271,5 +270,7 @@ def openai_body(req: Request, rid: str, model: str, chat: bool) -> dict[str, Any
     }
 
 
-def error_body(message: str, code: int, type_: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+def error(message: str, code: int, type_: str) -> JSONResponse:
+    """SGLang's error answer."""
+    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return JSONResponse(body, status_code=code)

@@ -35,7 +35,7 @@ def sim_of(request: Request) -> Sim:
 
 def bad_request(msg: str) -> JSONResponse:
     """SGLang's 400 answer with ``msg``."""
-    return JSONResponse(proto.error_body(msg, 400, "BadRequestError"), status_code=400)
+    return proto.error(msg, 400, "BadRequestError")
 
 
 @router.get("/health")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
 
@@ -34,6 +34,11 @@ CHECK_ENV = "QWEN_NPU_DRAIN_CHECK_S"
 FORCE_ENV = "SGL_FORCE_SHUTDOWN"
 
 
+def _forced() -> bool:
+    """``SGL_FORCE_SHUTDOWN`` set true (SGLang's get_bool_env_var)."""
+    return os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _check_interval_s() -> float:
     """SGLang's watchdog period, 5 s, or ``QWEN_NPU_DRAIN_CHECK_S``'s (tests)."""
     raw = os.environ.get(CHECK_ENV, "")
@@ -43,53 +48,6 @@ def _check_interval_s() -> float:
         log("error", "bad_env", name=CHECK_ENV, value=raw, next="a number of seconds > 0")
         return 5.0
     return value if value > 0 else 5.0
-
-
-class Drain:
-    """SIGTERM's drain: ``stop(0)`` once nothing is in flight, ``stop(1)`` when forced."""
-
-    def __init__(self, sim: Sim, stop: Callable[[int], None]) -> None:
-        self.sim = sim
-        self.stop = stop
-        self.task: asyncio.Task[None] | None = None
-
-    def begin(self) -> None:
-        """Enter the draining state (runs on the event loop; a second SIGTERM changes nothing)."""
-        sim = self.sim
-        if sim.draining:
-            log("warning", "sigterm_again", what="already draining", in_flight=sim.in_flight)
-            return
-        sim.draining = True
-        log(
-            "warning",
-            "draining",
-            in_flight=sim.in_flight,
-            check_every_s=f"{_check_interval_s():g}",
-            what="SIGTERM: /health now 503, in-flight requests finish, then exit 0",
-        )
-        self.task = asyncio.get_running_loop().create_task(self.watchdog())
-
-    async def watchdog(self) -> None:
-        sim = self.sim
-        interval = _check_interval_s()
-        while True:
-            # SGLang's get_bool_env_var
-            forced = os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-            if sim.unhealthy or forced:
-                why = (
-                    "while the last health check failed"
-                    if sim.unhealthy
-                    else f"with {FORCE_ENV} set"
-                )
-                log("error", "forced_exit", reason=f"SIGTERM {why}")
-                self.stop(1)
-                return
-            if sim.in_flight <= 0:
-                log("warning", "drained", what="no request in flight; exiting 0")
-                self.stop(0)
-                return
-            log("info", "draining", in_flight=sim.in_flight)
-            await asyncio.sleep(interval)
 
 
 def create_app(cfg: SimConfig) -> FastAPI:
@@ -109,14 +67,15 @@ def create_app(cfg: SimConfig) -> FastAPI:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server; SIGTERM starts the drain, SIGINT ends the requests in flight first."""
+    """uvicorn's server; SIGTERM starts the drain (exit 0 once nothing is in flight, 1 when
+    forced), SIGINT ends the requests in flight first."""
 
     def __init__(self, config: uvicorn.Config, sim: Sim) -> None:
         super().__init__(config)
         self.sim = sim
-        self.drain = Drain(sim, self.stop)
         self.exit_code = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.drain_task: asyncio.Task[None] | None = None
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self.loop = asyncio.get_running_loop()
@@ -129,6 +88,36 @@ class DrainingServer(uvicorn.Server):
         if code:
             self.force_exit = True
 
+    def drain(self) -> None:
+        """Enter the draining state (runs on the event loop; a second SIGTERM changes nothing)."""
+        sim = self.sim
+        if sim.draining:
+            log("warning", "sigterm_again", what="already draining", in_flight=sim.in_flight)
+            return
+        sim.draining = True
+        log(
+            "warning",
+            "draining",
+            in_flight=sim.in_flight,
+            check_every_s=f"{_check_interval_s():g}",
+            what="SIGTERM: /health now 503, in-flight requests finish, then exit 0",
+        )
+        self.drain_task = asyncio.get_running_loop().create_task(self._watchdog())
+
+    async def _watchdog(self) -> None:
+        sim = self.sim
+        interval = _check_interval_s()
+        while sim.in_flight > 0 and not sim.unhealthy and not _forced():
+            log("info", "draining", in_flight=sim.in_flight)
+            await asyncio.sleep(interval)
+        if sim.unhealthy or _forced():
+            why = "while the last health check failed" if sim.unhealthy else f"with {FORCE_ENV} set"
+            log("error", "forced_exit", reason=f"SIGTERM {why}")
+            self.stop(1)
+        else:
+            log("warning", "drained", what="no request in flight; exiting 0")
+            self.stop(0)
+
     def _interrupt(self) -> None:
         sim = self.sim
         log("info", "interrupted", in_flight=sim.in_flight, what="SIGINT: the requests end now")
@@ -138,7 +127,7 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A signal handler: the work goes to the loop (thread-safe wake-up).
         if sig == signal.SIGTERM and self.loop is not None:
-            self.loop.call_soon_threadsafe(self.drain.begin)
+            self.loop.call_soon_threadsafe(self.drain)
             return
         if sig == signal.SIGINT and self.loop is not None:
             self.loop.call_soon_threadsafe(self._interrupt)

@@ -160,14 +160,9 @@ class Sim:
         sending once /health answers 503.
         """
         if not self.ready():
-            return JSONResponse(
-                proto.error_body("the server is starting (simulated startup delay)", 503, "busy"),
-                status_code=503,
-            )
+            return proto.error("the server is starting (simulated startup delay)", 503, "busy")
         rate = self.faults.error_rate
         if rate and self.error_rng.random() < rate:
-            body = proto.error_body(
-                "simulated engine error (fault error_rate)", 500, "InternalServerError"
-            )
-            return JSONResponse(body, status_code=500)
+            what = "simulated engine error (fault error_rate)"
+            return proto.error(what, 500, "InternalServerError")
         return None

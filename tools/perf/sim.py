@@ -52,12 +52,7 @@ class _StreamClient(asyncio.Protocol):
     def __init__(self, res: Result) -> None:
         self.res = res
         self.transport: asyncio.Transport | None = None
-        self.buf = b""
-        self.done: asyncio.Future[None] | None = None
-        self.in_body = False
-        self.seen = 0
-        self.first = True
-        self.t0 = self.last = 0.0
+        self.done: asyncio.Future[None] | None = None  # the rest of the state: request()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)

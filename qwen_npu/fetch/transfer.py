@@ -100,13 +100,9 @@ class Hasher:
 
     def feed_file(self, path: Path, size: int) -> None:
         with path.open("rb", buffering=0) as src:
-            left = size
-            while left > 0:
-                block = src.read(min(HASH_BLOCK, left))
-                if not block:
-                    break
+            while size > 0 and (block := src.read(min(HASH_BLOCK, size))):
                 self.update(block)
-                left -= len(block)
+                size -= len(block)
 
     def matches(self) -> bool:
         f = self.f

@@ -36,11 +36,8 @@ Sample = tuple[Sequence[str], float]
 
 def _family(name: str, samples: Iterable[Sample]) -> Metric:
     spec = BY_NAME[name]
-    family: CounterMetricFamily | GaugeMetricFamily
-    if spec.kind == "counter":
-        family = CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
-    else:
-        family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+    kind = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+    family = kind(spec.name, spec.help, labels=spec.labels)
     for labels, value in samples:
         family.add_metric(list(labels), value)
     return family

@@ -1,4 +1,4 @@
-"""The sidecar's settings: one ``Settings(BaseSettings)`` class, its flags and its singleton.
+"""The sidecar's settings: one ``Settings(BaseSettings)`` class and its flags.
 
 Each knob is declared, typed and validated once; pydantic-settings derives its variable
 ``QWEN_NPU_<FIELD>`` and, unless ``EnvOnly``, its flag ``--<field-with-dashes>`` (or the short

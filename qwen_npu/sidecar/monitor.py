@@ -17,12 +17,11 @@ from dataclasses import dataclass
 import httpx
 
 from qwen_npu.log import PartLog, RateLimiter
-from qwen_npu.sidecar import ub
 from qwen_npu.sidecar.canary import CanaryRunner
 from qwen_npu.sidecar.config import Settings
 from qwen_npu.sidecar.engine_client import EngineClient, EngineErrors
 from qwen_npu.sidecar.health import HealthProbe, HealthTracker
-from qwen_npu.sidecar.info import InfoReader
+from qwen_npu.sidecar.info import InfoReader, predict, stats_from_plan
 
 log = PartLog("sidecar")
 
@@ -85,8 +84,8 @@ class Monitor:
             now=clock(),
         )
         self.errors = EngineErrors()
-        self.predicted = ub.predict(settings.model_dir, settings.tp_size, settings.mamba_ssm_dtype)
-        self.ub_predicted = ub.stats_from_plan(self.predicted.plan)
+        self.predicted = predict(settings.model_dir, settings.tp_size, settings.mamba_ssm_dtype)
+        self.ub_predicted = stats_from_plan(self.predicted.plan)
         view = (settings, self._engine, self.health, self.errors, clock)
         self.probe = HealthProbe(*view)
         self.info = InfoReader(*view)

@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import generate_latest
 
 from qwen_npu.metrics.catalogue import CATALOGUE, PATCH_NAMES
-from qwen_npu.sidecar import ub
+from qwen_npu.sidecar import info as ub
 from qwen_npu.sidecar.collector import registry_for
 from qwen_npu.sidecar.config import load_settings
+from qwen_npu.sidecar.info import UbStats
 from qwen_npu.sidecar.monitor import Monitor
-from qwen_npu.sidecar.ub import UbStats
 
 # The contract (docs/architecture.md), copied here: a rename must be a deliberate, visible change.
 CONTRACT = {

@@ -15,10 +15,11 @@ import statistics
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from qwen_npu.sim import timing
 from qwen_npu.sim.clock import new_loop, ready_at
@@ -211,8 +212,7 @@ MTP_PROFILE = "qwen3.6-35b-a3b-910b-tp2-mtp"
 NOMTP_PROFILE = "qwen3.6-35b-a3b-910b-tp2-nomtp"
 
 
-@dataclass
-class LoopFigures:
+class LoopFigures(NamedTuple):
     """What a closed-loop benchmark reports: means over requests, tokens/s over the run."""
 
     tpot_ms: float
@@ -258,6 +258,14 @@ def scaled_flags(profile: str, scale: float) -> dict[str, Any]:
     return flags
 
 
+def _row(c: int, requests: int, *sources: Sequence[float], extra: str = "") -> str:
+    """A calibration row: TPOT, output tokens/s and TTFT, each ``a / b / ...`` over ``sources``."""
+    cells = [
+        " / ".join(f"{s[i]:{f}}" for s in sources) for i, f in enumerate((".1f", ".1f", ".0f"))
+    ]
+    return f"| {c} | {requests} | " + " | ".join([*cells, extra] if extra else cells) + " |"
+
+
 def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int]) -> list[str]:
     """Upstream vs paper vs measured at each concurrency, MTP on (and MTP off beside it)."""
     on, off = profile_config(MTP_PROFILE), profile_config(NOMTP_PROFILE)
@@ -282,13 +290,9 @@ def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int
         "|---:|---:|---|---|---|",
     ]
     for c in concs:
-        pa, me = timing.steady_state(on, c), measured[MTP_PROFILE][c]
-        u = timing.UPSTREAM_PR_34353.get(c) or (float("nan"),) * 3
-        lines.append(
-            f"| {c} | {me.requests} | {u[0]:.1f} / {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
-            f"| {u[1]:.1f} / {pa.output_tok_per_s:.1f} / {me.output_tok_per_s:.1f} "
-            f"| {u[2]:.0f} / {pa.ttft_ms:.0f} / {me.ttft_ms:.0f} |"
-        )
+        up = timing.UPSTREAM_PR_34353.get(c) or (float("nan"),) * 3
+        me = measured[MTP_PROFILE][c]
+        lines.append(_row(c, me.requests, up, timing.steady_state(on, c), me))
     lines += [
         "",
         f"Same hardware with MTP off (`{NOMTP_PROFILE}`), from the same parameters:",
@@ -298,13 +302,9 @@ def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int
         "|---:|---:|---|---|---|---:|",
     ]
     for c in concs:
-        pa, me = timing.steady_state(off, c), measured[NOMTP_PROFILE][c]
+        me = measured[NOMTP_PROFILE][c]
         ratio = measured[MTP_PROFILE][c].output_tok_per_s / me.output_tok_per_s
-        lines.append(
-            f"| {c} | {me.requests} | {pa.tpot_ms:.1f} / {me.tpot_ms:.1f} "
-            f"| {pa.output_tok_per_s:.1f} / {me.output_tok_per_s:.1f} "
-            f"| {pa.ttft_ms:.0f} / {me.ttft_ms:.0f} | {ratio:.2f} |"
-        )
+        lines.append(_row(c, me.requests, timing.steady_state(off, c), me, extra=f"{ratio:.2f}"))
     lines += [
         "",
         f"Crossover on paper (first CONC in {concs_paper[0]}..{concs_paper[-1]} where MTP on "

@@ -51,15 +51,13 @@ def _load(path: Path) -> dict[str, Any]:
             f"--profile {path}: not valid YAML{at}; fix the file or pass --tp",
             EXIT_BAD_INPUT,
         ) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
+    if not isinstance(data, dict | None):
         raise FetchError(
             f"--profile {path}: a chart profile is a mapping of values, not a "
             f"{type(data).__name__}; pass helm/qwen-npu/profiles/<name>.yaml",
             EXIT_BAD_INPUT,
         )
-    return data
+    return data or {}
 
 
 def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,21 +115,21 @@ def profile_options(profile: Path) -> Options:
             "chart profile (helm/qwen-npu/profiles/<name>.yaml) or --tp",
             EXIT_BAD_INPUT,
         )
+
+    def text(key: str) -> str | None:
+        return str(_get(values, key) or "") or None
+
     mtp = bool(_get(values, "mtp.enabled")) if _get(values, "mtp") is not None else True
-    options = default_options(tp)
-    chip = _get(values, "npu.chip")
     dtype = _get(values, "engine.mambaSsmDtype")
     return replace(
-        options,
+        default_options(tp),
         mtp=mtp,
         # the chart renders no --mamba-ssm-dtype for an empty value: the checkpoint's own then
-        mamba_ssm_dtype=(str(dtype) or None) if dtype is not None else options.mamba_ssm_dtype,
+        mamba_ssm_dtype=(str(dtype) or None) if dtype is not None else CHART_DEFAULT_SSM_DTYPE,
         mem_fraction_static=number("engine.memFractionStatic", float) or 0.8,
-        npu_memory_gb=number("preflight.npuMemoryGb", float) or options.npu_memory_gb,
-        chip=chips.normalise(str(chip)) or options.chip if chip else options.chip,
-        quantization=str(_get(values, "engine.quantization") or "") or None,
+        npu_memory_gb=number("preflight.npuMemoryGb", float) or Options.npu_memory_gb,
+        chip=chips.normalise(text("npu.chip") or "") or chips.DEFAULT_CHIP,
+        quantization=text("engine.quantization"),
         num_draft_tokens=number("mtp.numDraftTokens", int) if mtp else None,
-        draft_quantization=(str(_get(values, "mtp.draftQuantization") or "") or None)
-        if mtp
-        else None,
+        draft_quantization=text("mtp.draftQuantization") if mtp else None,
     )

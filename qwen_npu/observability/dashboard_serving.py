@@ -262,21 +262,12 @@ def build(cfg: Config = DEFAULT) -> Board:
         "(smg_worker_retries_total), per second.",
         "reqps",
         [
-            Query(
-                f"sum by (namespace) (rate(smg_router_requests_total{{{ROUTER}}}"
-                "[$__rate_interval]))",
-                "requests",
-            ),
-            Query(
-                "sum by (namespace) (rate(smg_http_responses_total"
-                f'{{{ROUTER}, status_code=~"5.."}}[$__rate_interval]))',
-                "errors",
-            ),
-            Query(
-                f"sum by (namespace) (rate(smg_worker_retries_total{{{ROUTER}}}"
-                "[$__rate_interval]))",
-                "retries",
-            ),
+            Query(f"sum by (namespace) (rate({metric}{{{selector}}}[$__rate_interval]))", legend)
+            for metric, selector, legend in (
+                ("smg_router_requests_total", ROUTER, "requests"),
+                ("smg_http_responses_total", f'{ROUTER}, status_code=~"5.."', "errors"),
+                ("smg_worker_retries_total", ROUTER, "retries"),
+            )
         ],
         width=8,
         min_val=0,

@@ -42,7 +42,9 @@ class EngineResponse:
     seconds: float
 
     def json_object(self) -> dict[str, Any]:
-        """The body as a JSON object; EngineError('malformed') otherwise."""
+        """A 200 answer's body as a JSON object; EngineError (status, malformed) otherwise."""
+        if self.status != 200:
+            raise EngineError("status", f"HTTP {self.status}", self.status)
         try:
             data = json.loads(self.body)
         except (UnicodeDecodeError, ValueError) as exc:

@@ -170,8 +170,6 @@ class InfoReader(EngineStep):
             response = await self.engine().request(
                 "GET", path, timeout=self.settings.request_timeout_s
             )
-            if response.status != 200:
-                raise EngineError("status", f"HTTP {response.status}", response.status)
             self.info = response.json_object()
         except EngineError as exc:
             self.errors.count(exc, path)

@@ -43,14 +43,9 @@ THRESHOLD_KEYS: Final = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Threshold:
-    key: str
-    default: float  # from values.yaml: the dashboards' line
-
-
 @cache
-def thresholds_of(chart_dir: Path) -> MappingProxyType[str, Threshold]:
+def thresholds_of(chart_dir: Path) -> MappingProxyType[str, float]:
+    """Each threshold's default in values.yaml (the dashboards' line)."""
     values_file = chart_dir / "values.yaml"
     defaults = chart_threshold_defaults(values_file)
     unknown = sorted(set(defaults) ^ set(THRESHOLD_KEYS))
@@ -60,7 +55,7 @@ def thresholds_of(chart_dir: Path) -> MappingProxyType[str, Threshold]:
             f"qwen_npu/observability/config.py disagree on {', '.join(unknown)}: a threshold "
             "needs its value in values.yaml and its key here"
         )
-    return MappingProxyType({k: Threshold(k, defaults[k]) for k in THRESHOLD_KEYS})
+    return MappingProxyType({k: defaults[k] for k in THRESHOLD_KEYS})
 
 
 def threshold_placeholder(key: str) -> str:
@@ -96,7 +91,7 @@ class Config:
     chart_dir: Path = DEFAULT_CHART
 
     @property
-    def thresholds(self) -> MappingProxyType[str, Threshold]:
+    def thresholds(self) -> MappingProxyType[str, float]:
         return thresholds_of(self.chart_dir)
 
     def runbook_url(self, alert_name: str) -> str:

@@ -59,7 +59,7 @@ def _thresholds(
     """One step at the alert's threshold (a config key) or at a fixed number."""
     steps = [mdash.Threshold(value=None, color="green")]
     if key is not None:
-        value = cfg.thresholds[key].default if isinstance(key, str) else float(key)
+        value = cfg.thresholds[key] if isinstance(key, str) else float(key)
         low, high = ("green", "red") if direction == "above" else ("red", "green")
         steps = [mdash.Threshold(value=None, color=low), mdash.Threshold(value=value, color=high)]
     return gdash.ThresholdsConfig().mode(mdash.ThresholdsMode.ABSOLUTE).steps(steps)

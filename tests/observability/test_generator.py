@@ -131,7 +131,7 @@ def test_threshold_defaults_come_from_the_chart_values(tmp_path: Path) -> None:
     assert config.chart_threshold_defaults(changed)["queueDepth"] == 7.0
     # 0 (the default) follows the chart's one startup budget ("qwen-npu.startupAlertSeconds").
     budget = float(values["engine"]["startupBudgetSeconds"])
-    assert config.DEFAULT.thresholds["startupBudgetSeconds"].default == budget
+    assert config.DEFAULT.thresholds["startupBudgetSeconds"] == budget
     with pytest.raises(RuntimeError, match="thresholds"):
         config.chart_threshold_defaults(tmp_path / "missing.yaml")
 

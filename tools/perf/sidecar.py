@@ -1,14 +1,9 @@
-"""``make perf-sidecar``: probe and scrape latency under load, and memory over hours of scrapes.
+"""``make perf-sidecar``: the real sidecar process (uvicorn, as in the pod) against the simulator.
 
-The real sidecar process (uvicorn, the CLI, as in the pod) against the simulator on 127.0.0.1:
-
-1. latency: an open-loop client (requests leave on schedule whether or not earlier ones returned)
-   sends ``/readyz`` (200/s, the kubelet's probes many times over) then ``/metrics`` (20/s, over
-   100 times a Prometheus pair's 15 s scrapes) for a few seconds each: p50/p99/max (goal: p99
-   under 5 ms).
-2. memory: with the poll, info and canary loops sped up (an hour of polling in under a minute),
-   hours of Prometheus scrapes (240 an hour) and kubelet probes (1080 an hour), sampling the RSS
-   (goal: under 80 MB at the end, no growth from the middle to the end).
+1. latency: an open loop (requests leave on schedule) of ``/readyz`` at 200/s, then ``/metrics``
+   at 20/s (100 times a Prometheus pair's 15 s scrapes): p50/p99/max (goal: p99 under 5 ms).
+2. memory: the poll loops sped up (an hour of polling in under a minute), hours of scrapes (240
+   an hour) and probes (1080 an hour), the RSS sampled (goal: under 80 MB, no growth).
 """
 
 from __future__ import annotations

@@ -205,23 +205,16 @@ ACTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+@dataclass(eq=False)  # a step is itself, not its fields
 class EngineStep:
     """A step on its own cadence with what the monitor hands it: the settings, the engine client,
     the health tracker it asks before it sends, the error counts and the clock."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        engine: Callable[[], EngineClient],
-        health: HealthTracker,
-        errors: EngineErrors,
-        clock: Callable[[], float],
-    ) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.health = health
-        self.errors = errors
-        self.clock = clock
+    settings: Settings
+    engine: Callable[[], EngineClient]
+    health: HealthTracker
+    errors: EngineErrors
+    clock: Callable[[], float]
 
 
 class HealthProbe(EngineStep):

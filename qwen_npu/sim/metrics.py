@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from qwen_npu.metrics.sglang import SGLANG_METRICS
-
-if TYPE_CHECKING:
-    from qwen_npu.sim.scheduler import Request
 
 
 class FastHistogram(Collector):
@@ -92,19 +89,6 @@ class SimMetrics:
     def child(self, short: str, streaming: bool | None = None) -> Any:
         flag = "" if streaming is None else ("true" if streaming else "false")
         return self._children[(short, flag)]
-
-    def finished(self, req: Request, end: float) -> None:
-        """Record one finished request the way SGLang's tokenizer collector does."""
-        streaming, tokens, e2e_s = req.streaming, req.emitted, end - req.arrival
-        self.child("prompt_tokens_total", streaming).inc(req.prompt_len)
-        self.child("generation_tokens_total", streaming).inc(tokens)
-        self.child("num_requests_total", streaming).inc()
-        self.child("e2e_request_latency_seconds", streaming).observe(e2e_s)
-        if tokens > 1:
-            tpot = (end - req.first_t) / (tokens - 1)
-            self.child("request_time_per_output_token_seconds", streaming).observe(tpot)
-        if req.verify_ct:
-            self.spec_verify.inc(req.verify_ct)
 
     def render(self, gauges: dict[str, float]) -> bytes:
         """The exposition text, after copying the current gauge values (short name -> value)."""

@@ -310,11 +310,24 @@ class Engine:
             req.running = False
             self.running.discard(req)
             if req.log_metrics:
-                self.metrics.finished(req, t)
+                self._finished(req, t)
             self._fill(deadline)
         else:
             self._push(deadline + self.step_s(), req)
         req._wake()
+
+    def _finished(self, req: Request, end: float) -> None:
+        """Record one finished request the way SGLang's tokenizer collector does."""
+        child, streaming, tokens = self.metrics.child, req.streaming, req.emitted
+        child("prompt_tokens_total", streaming).inc(req.prompt_len)
+        child("generation_tokens_total", streaming).inc(tokens)
+        child("num_requests_total", streaming).inc()
+        child("e2e_request_latency_seconds", streaming).observe(end - req.arrival)
+        if tokens > 1:
+            tpot = (end - req.first_t) / (tokens - 1)
+            child("request_time_per_output_token_seconds", streaming).observe(tpot)
+        if req.verify_ct:
+            self.metrics.spec_verify.inc(req.verify_ct)
 
     def _trim(self, sec: int) -> None:
         for s in [s for s in self._window if s < sec - WINDOW_S]:

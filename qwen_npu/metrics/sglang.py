@@ -122,13 +122,3 @@ SGLANG_METRICS: tuple[MetricSpec, ...] = (
         "s",
     ),
 )
-
-BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in SGLANG_METRICS}
-
-
-def get(name: str) -> MetricSpec:
-    """The spec of one ``sglang:*`` metric; KeyError names the known ones."""
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"{name!r} is not in SGLANG_METRICS; known: {sorted(BY_NAME)}") from None

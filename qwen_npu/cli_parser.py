@@ -1,10 +1,8 @@
 """What every ``qwen-npu <verb>`` parses with: one-line errors, checked numbers, checked paths.
 
-Every error of every verb, the parser's included, is one line ``qwen-npu <verb>: error:
-<message>``; numbers are range-checked and paths checked by the parser, so a bad value is refused
-before anything runs; ``run_verb`` is the edge that turns what a verb did not catch into such a
-line. The exit codes every verb shares are here (docs/cli.md holds the table). Standard library
-only (the engine image imports it).
+Every error, the parser's included, is one line ``qwen-npu <verb>: error: <message>``, a bad
+value is refused before anything runs, and ``run_verb`` turns what a verb did not catch into such
+a line. The exit codes are here (docs/cli.md: the table). Stdlib only (the engine imports it).
 """
 
 from __future__ import annotations

@@ -53,11 +53,10 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def http_status(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> int:
+def http_status(url: str, timeout: float = 2.0) -> int:
     """The HTTP status of a GET (0 when nothing answers)."""
-    req = urllib.request.Request(url, headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
@@ -99,16 +98,14 @@ def wait_until(
 def wait_http(
     url: str,
     *,
-    status: int = 200,
     what: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     proc: subprocess.Popen[bytes] | None = None,
     log: Path | None = None,
-    headers: Mapping[str, str] | None = None,
 ) -> None:
     wait_until(
-        lambda: http_status(url, headers=headers) == status,
-        what=what or f"GET {url} -> {status}",
+        lambda: http_status(url) == 200,
+        what=what or f"GET {url} -> 200",
         timeout_s=timeout_s,
         interval_s=0.05,
         proc=proc,

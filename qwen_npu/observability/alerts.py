@@ -1,10 +1,7 @@
-"""Every alert and recording rule, one section per rule group in the rule file's order
-(``GROUPS``), and how they become the rule YAML.
+"""Every alert and recording rule, one section per rule group (``GROUPS``), and their YAML.
 
-An ``expr`` or ``description`` is a ``%(name)s`` template over the config's helpers (``window``,
-``without_ranks``, ``npu``) and the threshold keys the alert declares in ``needs``: an undeclared
-key, or one the config lacks, is an error at generation time. ``runbook_url`` comes from the
-config's pattern and the lowercased alert name (its section's anchor in docs/runbook.md). A
+``expr`` and ``description`` are ``%(name)s`` templates over the config's helpers and the
+threshold keys an alert declares in ``needs`` (anything else is an error at generation time). A
 ``Recording`` defines a quantity once, so a panel and the alert that watches it cannot disagree.
 """
 

@@ -1,9 +1,7 @@
 """The info step: the patches' state file and the engine's ``/server_info``, on a slower cadence.
 
-The reader keeps what it last read, as read (the state file always: the engine writes it before
-its port opens; ``/server_info`` only while the port answers); the accessors interpret it when
-the collector or ``/status`` asks. The two UB plans: the scatter patch writes the one it used to
-the state file, and the sidecar predicts one from config.json and the TP size with the same rule
+The reader keeps what it last read, as read; the accessors interpret it when asked. The UB plan
+the scatter patch used is compared with the one config.json predicts by the same rule
 (``hardware.ub_plan.plan``), so a disagreement is a metric and an alert, not a surprise.
 """
 

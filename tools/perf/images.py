@@ -1,9 +1,8 @@
 """`make perf-images`: the sidecar image's Python environment, measured without Docker.
 
-The image must stay under 200 MB and start fast, and no Docker engine runs here: this rebuilds
-its /opt/venv the way docker/sidecar.Dockerfile does, offline from .venv-wheels/sidecar, and
-measures its size, the sidecar's start to the first /livez 200 and its memory; with podman
-images from `make image-test`, their sizes too. Figures go to out/perf/images.md and stdout.
+The image must stay under 200 MB and start fast: this rebuilds its /opt/venv as
+docker/sidecar.Dockerfile does (offline) and measures its size, the start to the first /livez 200
+and the memory; with podman images from `make image-test`, their sizes too.
 """
 
 from __future__ import annotations

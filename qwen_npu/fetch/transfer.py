@@ -51,12 +51,14 @@ class Retry:
         base = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1))
         return float(base * (0.5 + random.random() / 2))
 
-    def wait(self, attempt: int, error: object, then: str, **where: Any) -> None:
+    def wait(
+        self, attempt: int, error: object, then: str, event: str = "retry", **where: Any
+    ) -> None:
         """Log the retry, then pause before the next attempt."""
         pause = self.pause(attempt)
         log(
             "warning",
-            "retry",
+            event,
             **where,
             attempt=attempt,
             of=self.attempts,
@@ -239,17 +241,10 @@ def fetch_file(
             continue
         if not hasher.matches():
             last = f"{f.check} does not match the source's {f.expected}"
-            log(
-                "warning",
-                "corrupt",
-                file=f.path,
-                attempt=attempt,
-                check=f.check,
-                next="deleted; fetching the file again",
-            )
             part.unlink()
             progress.add(-have)
-            time.sleep(retry.pause(attempt))
+            again = "deleted; fetching the file again"
+            retry.wait(attempt, last, again, "corrupt", file=f.path, check=f.check)
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, final)

@@ -19,11 +19,13 @@ MAX_KEYS = 20
 
 @dataclass(frozen=True)
 class Finding:
+    """A result of one check; ``code`` is stable (documented in docs/preflight.md)."""
+
     code: str
     severity: str
     message: str
+    key_count: int = 0  # every key, though at most MAX_KEYS are listed
     keys: tuple[str, ...] = ()
-    key_count: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "keys": list(self.keys)}
@@ -32,7 +34,7 @@ class Finding:
 def finding(code: str, severity: str, message: str, keys: list[str] | None = None) -> Finding:
     """Long key lists are cut to MAX_KEYS; ``key_count`` keeps the total."""
     listed = list(keys or [])
-    return Finding(code, severity, message, tuple(listed[:MAX_KEYS]), len(listed))
+    return Finding(code, severity, message, len(listed), tuple(listed[:MAX_KEYS]))
 
 
 def add(

@@ -23,6 +23,12 @@ RUNS = int(os.environ.get("PERF_PREFLIGHT_RUNS", "5"))
 GOAL_S = 1.0
 
 
+def _row(measure: str, times: list[float], goal: bool = True) -> str:
+    median = statistics.median(times)
+    met = ("yes" if median < GOAL_S else "no") if goal else "(opt-in, no goal)"
+    return f"| {measure} | {median:.3f} | {min(times):.3f} | {max(times):.3f} | {met} |"
+
+
 def main() -> int:
     out = Path(os.environ.get("PERF_OUT", "out/perf")) / "preflight.md"
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,8 +64,6 @@ def main() -> int:
             if proc.returncode != 0:
                 print(proc.stderr.decode(), file=sys.stderr)
                 return 1
-    med_in, med_cli = statistics.median(inproc), statistics.median(cli)
-    med_sh = statistics.median(shards)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     cores = os.cpu_count()
     lines = [
@@ -71,12 +75,9 @@ def main() -> int:
         "",
         "| measure | median s | min s | max s | goal met |",
         "|---|---|---|---|---|",
-        f"| run_preflight (in process) | {med_in:.3f} | {min(inproc):.3f} | {max(inproc):.3f} "
-        f"| {'yes' if med_in < GOAL_S else 'no'} |",
-        f"| qwen-npu preflight --json (new process) | {med_cli:.3f} | {min(cli):.3f} "
-        f"| {max(cli):.3f} | {'yes' if med_cli < GOAL_S else 'no'} |",
-        f"| run_preflight --check-shards (in process, 8 shard headers) | {med_sh:.3f} "
-        f"| {min(shards):.3f} | {max(shards):.3f} | (opt-in, no goal) |",
+        _row("run_preflight (in process)", inproc),
+        _row("qwen-npu preflight --json (new process)", cli),
+        _row("run_preflight --check-shards (in process, 8 shard headers)", shards, goal=False),
         "",
         "Command: `make perf-preflight` (PERF_PREFLIGHT_RUNS=N to change the number of runs).",
         "",

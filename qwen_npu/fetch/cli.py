@@ -43,12 +43,7 @@ _TUNING: tuple[tuple[str, Callable[[str], Any], float, str], ...] = (
     ("--read-timeout", positive_float, 60.0, "seconds one read may stall before it is retried"),
     ("--connect-timeout", positive_float, 20.0, ""),
     ("--attempts", positive_int, 6, "tries per file"),
-    (
-        "--backoff",
-        positive_float,
-        2.0,
-        "first pause between tries, doubled each time up to --max-backoff",
-    ),
+    ("--backoff", positive_float, 2.0, "first pause between tries, doubled up to --max-backoff"),
     ("--max-backoff", positive_float, 120.0, ""),
     ("--lease", positive_float, 120.0, "seconds the DEST lock outlives a dead holder"),
     ("--lock-wait", positive_float, 6 * 3600.0, "seconds to wait for another fetch of DEST"),

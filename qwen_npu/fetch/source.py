@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -106,33 +106,28 @@ def parse_source(text: str, revision: str | None = None) -> Source:
     return Source(scheme, bucket, prefix.strip("/"), None)
 
 
-def _secret_keys(env: Mapping[str, str]) -> dict[str, str]:
-    pairs = env.get(ENV_SECRET_KEYS, "").split(",")
+def _secret_keys() -> dict[str, str]:
+    pairs = os.environ.get(ENV_SECRET_KEYS, "").split(",")
     return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
 
-def load_credentials(environ: dict[str, str] | None = None) -> None:
+def load_credentials() -> None:
     """Set each ``VAR=key`` of QWEN_NPU_FETCH_SECRET_KEYS from the mounted Secret's file ``key``
     (a missing key leaves its variable unset, so the client's refusal names it)."""
-    env = os.environ if environ is None else environ
-    directory = env.get(ENV_CREDENTIALS_DIR, "")
+    directory = os.environ.get(ENV_CREDENTIALS_DIR, "")
     if not directory:
         return
-    for name, key in _secret_keys(env).items():
+    for name, key in _secret_keys().items():
         path = os.path.join(directory, key)
         if os.path.isfile(path):
             with open(path) as f:
-                env[name] = f.read().strip()
+                os.environ[name] = f.read().strip()
 
 
-def credential_origin(name: str, environ: Mapping[str, str] | None = None) -> str:
+def credential_origin(name: str) -> str:
     """How to name variable ``name`` in an error: with its Secret and key when the chart set it."""
-    env = os.environ if environ is None else environ
-    secret = env.get(ENV_SECRET, "")
-    keys = _secret_keys(env)
-    if secret and name in keys:
-        return f"{name} (Secret {secret!r}, key {keys[name]!r})"
-    return name
+    secret, keys = os.environ.get(ENV_SECRET, ""), _secret_keys()
+    return f"{name} (Secret {secret!r}, key {keys[name]!r})" if secret and name in keys else name
 
 
 CHUNK = 1 << 20  # bytes per read: the fetch's memory does not grow with the file

@@ -121,7 +121,7 @@ def _manifest(listing: Listing, entries: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
-def fetch(source: Source, dest: Path, opts: Options, remote: Remote | None = None) -> Result:
+def fetch(source: Source, dest: Path, opts: Options) -> Result:
     store = Store(dest)
     if store.foreign():
         raise FetchError(
@@ -129,7 +129,7 @@ def fetch(source: Source, dest: Path, opts: Options, remote: Remote | None = Non
             f"a link into {store.home.name}/revs/) or remove it",
             EXIT_BAD_INPUT,
         )
-    remote = remote or make_remote(source, opts)
+    remote = make_remote(source, opts)
     store.home.mkdir(parents=True, exist_ok=True)
     try:
         lease = Lease(store.lock, opts.lease_seconds, opts.lock_wait_seconds)

@@ -299,9 +299,9 @@ def test_bad_input_is_one_line(repo: Path) -> None:
 
 
 def _insert_after_docstring(source: str, qualname: str, line: str) -> str:
-    from qwen_npu.patches import core
+    from qwen_npu.upstream.source import find_function
 
-    node = core.find_function(ast.parse(source), qualname)
+    node = find_function(ast.parse(source), qualname)
     assert node is not None
     first = node.body[1] if isinstance(node.body[0], ast.Expr) else node.body[0]
     lines = source.splitlines(keepends=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 from qwen_npu.patches import core, gdn_contract
 from qwen_npu.patches.registry import GDN_CONTRACT, PATCHES
+from qwen_npu.upstream import source as upstream
 
 #: The pinned release's sources, beside this module (``make sglang-snapshot`` writes it).
 PINNED_FILE = Path(__file__).with_name("pinned_sglang.json")
@@ -130,7 +131,7 @@ def _found_def(
     lines: Sequence[str], node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str
 ) -> Found:
     first, text = _segment(lines, node)
-    return Found(qualname, first, text, core.tree_fingerprint(node), def_params(node))
+    return Found(qualname, first, text, upstream.tree_fingerprint(node), def_params(node))
 
 
 def _caller(tree: ast.Module, lines: Sequence[str], selector: str) -> Found | None:
@@ -203,16 +204,16 @@ def _imports(tree: ast.Module, lines: Sequence[str], name: str) -> Found | None:
 def find(sglang_dir: Path, unit: Unit) -> Found | str:
     """The unit in the tree at ``sglang_dir`` (the ``sglang`` package folder), or why not."""
     where = f"sglang/{unit.file}"
-    try:
-        source = (sglang_dir / unit.file).read_text(encoding="utf-8")
-        tree = ast.parse(source)
-    except (OSError, UnicodeDecodeError):
+    source = upstream.read(sglang_dir / unit.file)
+    if source is None:
         return f"no readable {where}"
+    try:
+        tree = ast.parse(source)
     except SyntaxError as exc:
         return f"{where}:{exc.lineno}: does not parse: {exc.msg}"
     lines = source.splitlines(keepends=True)
     if unit.kind == DEF:
-        node = core.find_function(tree, unit.selector)
+        node = upstream.find_function(tree, unit.selector)
         found = None if node is None else _found_def(lines, node, unit.selector)
         return found or f"{where} defines no {unit.selector}"
     if unit.kind == CALLER:
@@ -226,12 +227,14 @@ def parsed(unit: Unit, source: str, first_line: int, qualname: str) -> Found:
     if unit.kind != IMPORT:
         node = ast.parse(textwrap.dedent(source)).body[0]
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        return Found(qualname, first_line, source, core.tree_fingerprint(node), def_params(node))
+        return Found(
+            qualname, first_line, source, upstream.tree_fingerprint(node), def_params(node)
+        )
     digest, bindings = hashlib.sha256(), []
     for cond, body in _branches(source).items():
         for statement in ast.parse(body).body:
             assert isinstance(statement, ast.ImportFrom)
-            digest.update(f"{cond}|{core.tree_fingerprint(statement)}|".encode())
+            digest.update(f"{cond}|{upstream.tree_fingerprint(statement)}|".encode())
             bindings += _bindings(statement, unit.selector)
     return Found(qualname, first_line, source, digest.hexdigest(), None, tuple(bindings))
 

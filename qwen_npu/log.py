@@ -115,9 +115,7 @@ def setup(part: str, level: str, also: Iterable[str] = ()) -> logging.Logger:
 
 def log(part: str, level: str, event: str, **fields: object) -> None:
     get_logger(part).log(
-        level_number(level),
-        event,
-        extra={"qwen_npu_event": event, "qwen_npu_fields": fields},
+        level_number(level), event, extra={"qwen_npu_event": event, "qwen_npu_fields": fields}
     )
 
 

@@ -160,10 +160,7 @@ def build(cfg: Config = DEFAULT) -> Board:
         "Share of the KV token pool (sglang:token_usage) and of the mamba state pool "
         "(sglang:mamba_usage) in use.",
         "percentunit",
-        [
-            top("sglang:token_usage", "KV"),
-            top("sglang:mamba_usage", "mamba"),
-        ],
+        [top("sglang:token_usage", "KV"), top("sglang:mamba_usage", "mamba")],
         width=8,
         min_val=0,
         max_val=1,

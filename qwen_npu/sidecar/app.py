@@ -111,14 +111,11 @@ def _patch_details(state: dict[str, Any] | None) -> dict[str, Any]:
 
 def _gdn_details(state: dict[str, Any] | None, verdicts: dict[str, str]) -> dict[str, Any]:
     links = state.get("gdn_contract") if state else None
-    links = links if isinstance(links, dict) else {}
+    entries = (
+        {k: v for k, v in links.items() if isinstance(v, dict)} if isinstance(links, dict) else {}
+    )
     return {
-        link: {
-            "verdict": verdict,
-            "evidence": (links.get(link) or {}).get("evidence")
-            if isinstance(links.get(link), dict)
-            else None,
-        }
+        link: {"verdict": verdict, "evidence": entries.get(link, {}).get("evidence")}
         for link, verdict in verdicts.items()
     }
 

@@ -137,20 +137,20 @@ class HealthTracker:
             return 0.0
         return max(0.0, now - self.ready_at)
 
-    def over_budget(self, now: float) -> bool:
-        return self.ready_at is None and self.startup_elapsed(now) > self.startup_budget_s
+    def over_budget(self, now: float) -> str:
+        """'' within the startup budget (or once ready), else how far over it this start is."""
+        elapsed = self.startup_elapsed(now)
+        if self.ready_at is not None or elapsed <= self.startup_budget_s:
+            return ""
+        return f"not ready after {elapsed:.0f}s (budget {self.startup_budget_s:.0f}s)"
 
     # The three verdicts.
     def startup(self, now: float) -> Verdict:
         if self.started:
             return Verdict("ok", "engine answered /health_generate 200 in this start")
+        if late := self.over_budget(now):
+            return Verdict("fail", f"startup budget exceeded: {late}")
         elapsed = self.startup_elapsed(now)
-        if self.over_budget(now):
-            return Verdict(
-                "fail",
-                f"startup budget exceeded: not ready after {elapsed:.0f}s "
-                f"(budget {self.startup_budget_s:.0f}s)",
-            )
         return Verdict("fail", f"starting: {self._describe_last()} ({elapsed:.0f}s elapsed)")
 
     def readiness(self, now: float) -> Verdict:
@@ -167,12 +167,8 @@ class HealthTracker:
                 str(self.last_outcome), "timed out"
             )
             return Verdict("fail", f"stuck or dead: last {hard} health probes {what}")
-        if self.over_budget(now):
-            return Verdict(
-                "fail",
-                f"stuck starting: not ready after {self.startup_elapsed(now):.0f}s "
-                f"(budget {self.startup_budget_s:.0f}s)",
-            )
+        if late := self.over_budget(now):
+            return Verdict("fail", f"stuck starting: {late}")
         return Verdict("ok", "alive")
 
     def _describe_last(self) -> str:

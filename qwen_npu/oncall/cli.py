@@ -32,8 +32,7 @@ class Stop(Exception):
 
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
-        self.message = message
-        self.code = code
+        self.message, self.code = message, code
 
 
 def http_probe(url: str, label: str) -> str:
@@ -447,12 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             oc.patch("add" if args.switch == "patch-off" else "remove", args.patch)
         else:
             oc.rollback(args.revision)
-    except Stop as stop:
-        if stop.message:  # errors on stderr, as every verb's; in the verbs' one shape
-            # (docs/cli.md) unless under make, whose messages name its targets and variables
-            said = stop.message.removeprefix(f"{PROG} ")
-            line = stop.message if oc.via_make else error_line(PROG, said)
-            print(line, file=sys.stderr, flush=True)
+    except Stop as stop:  # on stderr in the verbs' one shape, unless make's names are in it
+        said = stop.message.removeprefix(f"{PROG} ")
+        print(stop.message if oc.via_make else error_line(PROG, said), file=sys.stderr, flush=True)
         return stop.code
     return 0
 

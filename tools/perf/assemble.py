@@ -18,11 +18,8 @@ BLOCK = re.compile(r"^### `out/perf/([\w.-]+)\.md`$", re.M)
 
 def blocks(section: str) -> dict[str, str]:
     """part -> its block's body, from a generated section."""
-    found = list(BLOCK.finditer(section))
-    return {
-        m.group(1): section[m.end() : found[i + 1].start() if i + 1 < len(found) else None].strip()
-        for i, m in enumerate(found)
-    }
+    parts = BLOCK.split(section)  # text before, then name, body, name, body, ...
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 def demote(report: str) -> str:

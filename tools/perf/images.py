@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             reverse=True,
         )[:5]
         starts = [start_once(venv) for _ in range(args.starts)]
-    livez = [s for s, _ in starts]
-    rss = [r for _, r in starts]
+    livez, rss = zip(*starts, strict=True)
     lines = [
         "# Sidecar image environment (make perf-images)",
         "",

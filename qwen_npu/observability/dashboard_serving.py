@@ -239,17 +239,14 @@ def build(cfg: Config = DEFAULT) -> Board:
     )
 
     b.row("Router")
-    b.timeseries(
+    _worker_panel(
+        b,
         "Router workers healthy",
         "The router's view of each worker (smg_worker_health): 1 = it sends to it, 0 = ejected "
         "after failing its health checks. Ejected for 2 minutes pages as "
         "QwenNpuRouterWorkerEjected. A replica drained by a rollout leaves the router's list "
         "instead (its readiness dropped first).",
-        "short",
-        [Query(f"max by (namespace, worker) (smg_worker_health{{{ROUTER}}})", "{{worker}}")],
-        alert="QwenNpuRouterWorkerEjected",
-        width=8,
-        min_val=0,
+        "smg_worker_health",
         max_val=1,
     )
     b.timeseries(
@@ -269,17 +266,31 @@ def build(cfg: Config = DEFAULT) -> Board:
         width=8,
         min_val=0,
     )
-    b.timeseries(
+    _worker_panel(
+        b,
         "Router circuit breakers",
         "Each worker's circuit breaker in the router (smg_worker_cb_state): 0 closed, above 0 "
         "open or half-open (it stopped sending after repeated request failures).",
+        "smg_worker_cb_state",
+    )
+    return b
+
+
+def _worker_panel(
+    b: Board, title: str, description: str, metric: str, max_val: float | None = None
+) -> None:
+    """A per-worker gauge of the router, which QwenNpuRouterWorkerEjected watches."""
+    query = Query(f"max by (namespace, worker) ({metric}{{{ROUTER}}})", "{{worker}}")
+    b.timeseries(
+        title,
+        description,
         "short",
-        [Query(f"max by (namespace, worker) (smg_worker_cb_state{{{ROUTER}}})", "{{worker}}")],
+        [query],
         alert="QwenNpuRouterWorkerEjected",
         width=8,
         min_val=0,
+        max_val=max_val,
     )
-    return b
 
 
 def _mtp_payoff(b: Board) -> None:

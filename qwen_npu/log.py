@@ -43,8 +43,7 @@ def format_fields(event: str, fields: Mapping[str, object]) -> str:
 
 def level_number(level: str) -> int:
     """``"info"``, ``"WARNING"`` ... as logging's number (unknown names: INFO)."""
-    number = logging.getLevelNamesMapping().get(level.strip().upper())
-    return number if number is not None else logging.INFO
+    return logging.getLevelNamesMapping().get(level.strip().upper(), logging.INFO)
 
 
 def line(part: str, level: str, event: str, **fields: object) -> str:

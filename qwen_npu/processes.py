@@ -164,9 +164,7 @@ def start(
             out.close()
 
 
-class StartOptions(TypedDict, total=False):
-    """What ``running`` hands on to ``start``."""
-
+class StartOptions(TypedDict, total=False):  # what ``running`` hands on to ``start``
     log: Path | None
     env: Mapping[str, str] | None
     replace_env: bool

@@ -155,8 +155,7 @@ def cli_parser(description: str) -> tuple[OneLineParser, CliSettingsSource[Setti
     parser = OneLineParser(prog="qwen-npu sidecar", description=description)
     source: CliSettingsSource[Settings] = CliSettingsSource(Settings, root_parser=parser)
     for action in parser._actions:  # the numbers range-checked by the parser, from the fields
-        field = Settings.model_fields.get(action.dest)
-        number = field_number(field) if field is not None else None
+        number = field_number(Settings.model_fields.get(action.dest))
         if number is not None:
             action.type = number
     return parser, source

@@ -9,8 +9,8 @@ the canary) is handed by the monitor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client import Histogram
 
@@ -213,12 +213,11 @@ class EngineStep:
     clock: Callable[[], float]
 
 
+@dataclass(eq=False)
 class HealthProbe(EngineStep):
     """``await probe()`` runs one health probe of the engine and folds it into ``health``."""
 
-    def __init__(self, *view: Any) -> None:
-        super().__init__(*view)
-        self.latency = histogram("engine_health_probe_seconds")
+    latency: Histogram = field(default_factory=lambda: histogram("engine_health_probe_seconds"))
 
     async def __call__(self) -> None:
         t0 = self.clock()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,12 +137,11 @@ def _states(
     return out
 
 
+@dataclass(eq=False)
 class InfoReader(EngineStep):
-    def __init__(self, *view: Any) -> None:
-        super().__init__(*view)
-        self.state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
-        self.info: dict[str, Any] | None = None  # the last good /server_info answer
-        self._log_limiter = RateLimiter(60.0)
+    state: dict[str, Any] | None = None  # the last state file read (None: unreadable)
+    info: dict[str, Any] | None = None  # the last good /server_info answer
+    _log_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(60.0))
 
     async def __call__(self) -> None:
         await self.read_state_file()

@@ -66,7 +66,6 @@ def threshold_placeholder(key: str) -> str:
 
 
 RUNBOOK_BASE_PLACEHOLDER: Final = "${runbookBaseUrl}"
-NAMESPACE_PLACEHOLDER: Final = "${release.namespace}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ class Config:
         "is_streaming",
     )
     # The NPU exporter's series of the release's pods (kept by honor_labels: true).
-    npu_selector: str = f'namespace="{NAMESPACE_PLACEHOLDER}"'
+    npu_selector: str = 'namespace="${release.namespace}"'
     # runbook_url = pattern with {base} and {anchor} (the lowercased alert name).
     runbook_url_pattern: str = "{base}#{anchor}"
     runbook_base: str = RUNBOOK_BASE_PLACEHOLDER

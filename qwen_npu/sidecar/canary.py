@@ -25,8 +25,6 @@ log = PartLog("sidecar")
 GENERATE_PATH = "/generate"
 
 _TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|\w+|[^\w\s]")
-NGRAM = 3
-MAX_PERIOD = 16
 
 
 def tokens(text: str) -> list[str]:
@@ -34,7 +32,7 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
-def degeneration_score(toks: list[str], n: int = NGRAM) -> float:
+def degeneration_score(toks: list[str], n: int = 3) -> float:
     """Share of repeated n-grams, 1 - distinct / total: 0.0 for varied text, near 1.0 for a loop."""
     grams = [tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)]
     if not grams:
@@ -42,7 +40,7 @@ def degeneration_score(toks: list[str], n: int = NGRAM) -> float:
     return 1.0 - len(set(grams)) / len(grams)
 
 
-def longest_repeat(toks: list[str], max_period: int = MAX_PERIOD) -> int:
+def longest_repeat(toks: list[str], max_period: int = 16) -> int:
     """The longest stretch of one unit (1..max_period tokens) repeated back to back, ``"a b a b a
     b"`` -> 6."""
     best = 0

@@ -25,8 +25,7 @@ from qwen_npu.metrics.catalogue import (
 )
 from qwen_npu.sidecar.monitor import Monitor
 
-#: One sample: its label values (in the spec's label order) and its value.
-Sample = tuple[Sequence[str], float]
+Sample = tuple[Sequence[str], float]  # label values in the spec's order, value
 
 
 def _family(name: str, samples: Iterable[Sample]) -> Metric:

@@ -13,7 +13,6 @@ from typing import Any
 
 from qwen_npu.cli_parser import (
     EXIT_FAILED,
-    Number,
     OneLineParser,
     fail,
     non_negative_float,
@@ -21,17 +20,10 @@ from qwen_npu.cli_parser import (
     output_file,
     positive_float,
     positive_int,
-    unit_interval,
 )
-from qwen_npu.loadtest.backends import BACKEND_MAPPING
 from qwen_npu.loadtest.baseline import compare, find_baseline, parse_thresholds
-from qwen_npu.loadtest.config import BenchConfig
-from qwen_npu.loadtest.dataset import (
-    DATASETS,
-    DEFAULT_VOCAB_SIZE,
-    DatasetConfig,
-    vocab_size_from_tokenizer,
-)
+from qwen_npu.loadtest.config import BenchConfig, add_request_flags, data_from_args
+from qwen_npu.loadtest.dataset import DATASETS, DEFAULT_VOCAB_SIZE
 from qwen_npu.loadtest.metrics import calculate_metrics
 from qwen_npu.loadtest.progress import TargetNotReady, say
 from qwen_npu.loadtest.report import (
@@ -44,38 +36,6 @@ from qwen_npu.loadtest.report import (
 from qwen_npu.ports import LOCAL_ENGINE_URL
 
 PROG = "qwen-npu bench"
-DATA_FLAGS = ("num_prompts", "input_len", "output_len", "range_ratio", "seed")
-
-
-def add_request_flags(p: Any) -> None:
-    """What shapes the requests: the bench's flags, and ``make bench-ui``'s (locust's parser)."""
-    d = BenchConfig().data
-    p.add_argument("--api", default="generate", choices=sorted(BACKEND_MAPPING))
-    p.add_argument("--num-prompts", type=positive_int, default=d.num_prompts)
-    p.add_argument("--input-len", type=positive_int, default=d.input_len)
-    p.add_argument("--output-len", type=positive_int, default=d.output_len)
-    p.add_argument("--range-ratio", type=unit_interval, default=d.range_ratio)
-    p.add_argument("--seed", type=non_negative_int, default=d.seed)
-    p.add_argument(
-        "--tokenizer", metavar="DIR", default=None, help="folder with tokenizer.json (vocab size)"
-    )
-    p.add_argument(
-        "--vocab-size",
-        type=Number(int, low=2, what="an integer of 2 or more"),
-        default=None,
-        help=f"token-id range when no --tokenizer (default {DEFAULT_VOCAB_SIZE})",
-    )
-
-
-def data_from_args(args: argparse.Namespace) -> DatasetConfig:
-    if args.tokenizer and args.vocab_size is not None:
-        raise ValueError("pass --tokenizer or --vocab-size, not both")
-    vocab = (
-        vocab_size_from_tokenizer(args.tokenizer)
-        if args.tokenizer
-        else (args.vocab_size or DEFAULT_VOCAB_SIZE)
-    )
-    return DatasetConfig(**{k: getattr(args, k) for k in DATA_FLAGS}, vocab_size=vocab)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,9 +22,8 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-from qwen_npu.loadtest import cli
 from qwen_npu.loadtest.backends import BACKEND_MAPPING, Backend, RequestInput, RequestOutput
-from qwen_npu.loadtest.config import BenchConfig
+from qwen_npu.loadtest.config import BenchConfig, add_request_flags, data_from_args
 from qwen_npu.loadtest.dataset import DatasetRow, load
 from qwen_npu.loadtest.wire import WireSession
 from qwen_npu.ports import LOCAL_ENGINE_URL
@@ -177,7 +176,7 @@ class BenchUser(HttpUser):
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _add_arguments(parser: Any, **_: Any) -> None:
-    cli.add_request_flags(parser.add_argument_group("qwen-npu bench"))
+    add_request_flags(parser.add_argument_group("qwen-npu bench"))
 
 
 @events.init.add_listener  # type: ignore[untyped-decorator]
@@ -200,7 +199,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         config = BenchConfig(
             target=environment.host or BenchUser.host,
             api=opts.api,
-            data=cli.data_from_args(opts),
+            data=data_from_args(opts),
             ramp_ms_per_user=0.0,  # the web UI ramps with its own spawn rate
         )
     if config is not None:

@@ -108,14 +108,10 @@ def sglang_op_calls(sglang_root: Path) -> list[OpCall]:
 
 
 def _parse(path: Path) -> ast.Module:
-    try:
-        return ast.parse(path.read_text(), filename=str(path))
-    except OSError as exc:
-        raise InputError(
-            f"{path}: cannot read ({exc.strerror}); is SGLang installed there?"
-        ) from exc
-    except SyntaxError as exc:
-        raise InputError(f"{path}: not Python ({exc.msg}, line {exc.lineno})") from exc
+    tree = source.parse(path)
+    if isinstance(tree, str):
+        raise InputError(f"{path}: {tree}; is SGLang installed there (--site)?")
+    return tree
 
 
 # ----------------------------------------------------------------------- what the kernel holds

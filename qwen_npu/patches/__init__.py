@@ -1,4 +1,1 @@
-"""Runtime patches for SGLang on Ascend: one module per fix, the registry, the state file, the hook.
-
-Standard library only: this package is installed inside the engine image.
-"""
+"""Runtime patches for SGLang on Ascend. Standard library only: the engine image imports it."""

@@ -75,7 +75,7 @@ def check_patch(info: PatchInfo, search: list[str] | None = None) -> dict[str, A
     return row
 
 
-def pth_hook_loads(python: str | None = None) -> tuple[bool, str]:
+def pth_hook_loads() -> tuple[bool, str]:
     """Does a fresh interpreter of this environment install the start-up hook by itself?"""
     env = {k: v for k, v in os.environ.items() if k != ENV_HOOK}
     code = (
@@ -86,7 +86,7 @@ def pth_hook_loads(python: str | None = None) -> tuple[bool, str]:
     )
     try:
         done = subprocess.run(
-            [python or sys.executable, "-c", code],
+            [sys.executable, "-c", code],
             env=env,
             capture_output=True,
             text=True,
@@ -94,11 +94,11 @@ def pth_hook_loads(python: str | None = None) -> tuple[bool, str]:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"cannot run {python or sys.executable}: {exc}"
+        return False, f"cannot run {sys.executable}: {exc}"
     if done.returncode == 0:
         return True, f"loaded at start-up from {done.stdout.strip()}"
     return False, (
-        f"{python or sys.executable} starts without the hook (qwen_npu_patches.pth missing from "
+        f"{sys.executable} starts without the hook (qwen_npu_patches.pth missing from "
         "its site-packages?); the patches would never load in the engine's processes"
     )
 

@@ -35,9 +35,7 @@ from qwen_npu.log import PartLog
 from qwen_npu.patches import modes
 from qwen_npu.patches import state as state_file
 from qwen_npu.patches.registry import BY_NAME, ENV_DISABLE, PatchInfo, disable_requests
-from qwen_npu.upstream.source import find_function as find_function  # tools/candidate's
 from qwen_npu.upstream.source import fingerprint_in_source, read
-from qwen_npu.upstream.source import tree_fingerprint as tree_fingerprint  # tools/candidate's
 
 log = PartLog("patches")
 

@@ -95,10 +95,9 @@ def sglang_mamba_pool(
     ssm_dtype: Any,
     size: int,
     draft: int | None,
-    layers: int = 1,
     conv_kernel: int = 4,
 ) -> Any:
-    """SGLang's real MambaPool for GDN layers of ``heads`` value heads (one key head) and a
+    """SGLang's real MambaPool for one GDN layer of ``heads`` value heads (one key head) and a
     ``V x K`` state, allocated on CPU by its NPU branch (``memory_pool._is_npu`` set while it is
     built); with ``draft`` the speculative buffers are there too."""
     # lazy: the .pth hook runs in every engine process: SGLang loads when a check reads it
@@ -121,7 +120,7 @@ def sglang_mamba_pool(
     )
     params = Mamba2CacheParams(
         shape=shape,
-        layers=list(range(layers)),
+        layers=[0],
         dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=ssm_dtype),
     )
     logger = logging.getLogger(memory_pool.__name__)
@@ -133,7 +132,7 @@ def sglang_mamba_pool(
                 size=size,
                 spec_state_size=size,
                 cache_params=params,
-                mamba_layer_ids=list(range(layers)),
+                mamba_layer_ids=[0],
                 device="cpu",
                 speculative_num_draft_tokens=draft,
                 speculative_eagle_topk=None if draft is None else 1,
@@ -228,13 +227,9 @@ def _backend_calls(sources: Sources) -> tuple[list[tuple[int, str]], str] | str:
     if sources.sglang_dir is None:
         return "no sglang package on sys.path"
     path = sources.sglang_dir / BACKEND_FILE
-    text = source.read(path)
-    if text is None:
-        return f"cannot read {_short(path)}"
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as exc:
-        return f"{_short(path)}:{exc.lineno}: does not parse: {exc.msg}"
+    tree = source.parse(path)
+    if isinstance(tree, str):
+        return f"{_short(path)}: {tree}"
     cls = next(
         (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == BACKEND_CLASS), None
     )
@@ -251,72 +246,75 @@ def _against_pool(name: str, order: str, where: str, pool: Pool | None, pair: st
     return Verdict(FAIL, f"{where}: {name} ({order}) against a {pool.order} pool: {pair}")
 
 
-#: A GDN op the backend may call: does a callee name it, what it is, the state order it reads,
-#: what goes wrong against a pool of the other order.
-OpRule = tuple[Callable[[str], bool], Callable[[str], str], str, str]
+#: A GDN op the backend may call: (callee suffixes, what it is, the state order it reads, what
+#: goes wrong against a pool of the other order). The AscendC ops read the state V-major, dense;
+#: the Triton chunk kernels (sgl-kernel-npu fla/chunk.py) K-major.
+Op = tuple[tuple[str, ...], str, str, str]
+TRANSPOSED = "the state is read transposed"
+ASCEND_CHUNK: Op = (
+    (CHUNK_OP,),
+    "the AscendC chunk op: state (B, Nv, Dv, Dk) dense",
+    V_MAJOR,
+    TRANSPOSED,
+)
+TRITON_CHUNK: Op = (
+    ("chunk_gated_delta_rule", "chunk_gated_delta_rule_npu"),
+    "a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
+    K_MAJOR,
+    "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
+)
+ASCEND_VERIFY: Op = (
+    (VERIFY_OP,),
+    "the AscendC verify op: raw pointer, bf16 state only",
+    V_MAJOR,
+    TRANSPOSED,
+)
 
 
-def _first_op(sources: Sources, pool: Pool | None, rules: list[OpRule], none: str) -> Verdict:
-    """The first rule (in order) that a backend call matches, judged against the pool."""
+def _first_op(sources: Sources, pool: Pool | None, ops: list[Op], none: str) -> Verdict:
+    """The first op (in order) that a backend call names, judged against the pool."""
     found = _backend_calls(sources)
     if isinstance(found, str):
         return Verdict(UNKNOWN, found)
     calls, path = found
-    for matches, what, order, pair in rules:
+    for suffixes, what, order, pair in ops:
         for line, callee in calls:
-            if matches(callee):
-                return _against_pool(what(callee), order, f"{path}:{line}", pool, pair)
+            if callee.endswith(suffixes):
+                where = f"{path}:{line}"
+                return _against_pool(f"{callee}, {what}", order, where, pool, pair)
     return Verdict(UNKNOWN, f"{path}: {BACKEND_CLASS} calls no {none}")
 
 
-def _ascend_op(name: str, what: str) -> OpRule:
-    """An AscendC op, called by its exact name: it reads the state V-major (dense)."""
-    return (
-        lambda callee: callee == name,
-        lambda _: f"{name}, {what}",
-        V_MAJOR,
-        "the state is read transposed",
-    )
-
-
-#: The Triton chunk kernels (sgl-kernel-npu fla/chunk.py) read the state K-major.
-TRITON_CHUNK: OpRule = (
-    lambda callee: callee.endswith(("chunk_gated_delta_rule", "chunk_gated_delta_rule_npu")),
-    lambda callee: f"{callee}, a Triton chunk kernel (sgl-kernel-npu fla/chunk.py)",
-    K_MAJOR,
-    "SGLang #40398's pair: a V-major pool prefilled K-major garbles from the 2nd token",
-)
-
-
 def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
-    chunk = _ascend_op(CHUNK_OP, "the AscendC chunk op: state (B, Nv, Dv, Dk) dense")
-    return _first_op(sources, pool, [chunk, TRITON_CHUNK], f"chunk op ({CHUNK_OP})")
+    return _first_op(sources, pool, [ASCEND_CHUNK, TRITON_CHUNK], f"chunk op ({CHUNK_OP})")
 
 
 def verify_op(sources: Sources, pool: Pool | None) -> Verdict:
-    verify = _ascend_op(VERIFY_OP, "the AscendC verify op: raw pointer, bf16 state only")
-    return _first_op(sources, pool, [verify], f"verify op ({VERIFY_OP})")
+    return _first_op(sources, pool, [ASCEND_VERIFY], f"verify op ({VERIFY_OP})")
 
 
 # --- mover, decode_kernel -----------------------------------------------------------------------
 
 
-def _kernel_source(sources: Sources, relative: str) -> tuple[str, str] | str:
+def _kernel_reading(
+    sources: Sources, relative: str, read: Callable[[str], kernels.Reading]
+) -> tuple[kernels.Reading, str] | Verdict:
+    """``read`` on sgl-kernel-npu's file ``relative``, and where (file:line); or why not."""
     if sources.kernel_dir is None:
-        return f"sgl_kernel_npu is not on sys.path: no {relative} to read"
+        return Verdict(UNKNOWN, f"sgl_kernel_npu is not on sys.path: no {relative} to read")
     text = source.read(sources.kernel_dir / relative)
     if text is None:
-        return f"no sgl_kernel_npu/{relative} (sgl_kernel_npu found at {sources.kernel_dir})"
-    return text, _short(sources.kernel_dir / relative)
+        why = f"no sgl_kernel_npu/{relative} (sgl_kernel_npu found at {sources.kernel_dir})"
+        return Verdict(UNKNOWN, why)
+    reading, path = read(text), _short(sources.kernel_dir / relative)
+    return reading, f"{path}:{reading.line}" if reading.line else path
 
 
 def mover(sources: Sources, pool: Pool | None) -> Verdict:
-    found = _kernel_source(sources, MOVER_FILE)
-    if isinstance(found, str):
-        return Verdict(UNKNOWN, found)
-    text, path = found
-    reading = kernels.mover_strides(text)
-    where = f"{path}:{reading.line}" if reading.line else path
+    found = _kernel_reading(sources, MOVER_FILE, kernels.mover_strides)
+    if isinstance(found, Verdict):
+        return found
+    reading, where = found
     if reading.verdict == kernels.SOURCE_ORDER:
         return Verdict(PASS, f"{where}: {reading.reason}")
     if reading.verdict == kernels.STRIDE_HONOURING:
@@ -336,20 +334,13 @@ def mover(sources: Sources, pool: Pool | None) -> Verdict:
     return Verdict(UNKNOWN, f"{where}: {reading.reason}")
 
 
-def _decode_patch_state(sources: Sources) -> str:
-    if sources.decode_patch is not None:
-        return sources.decode_patch
-    outcome = OUTCOMES.get(DECODE_PATCH)
-    return outcome.state if outcome is not None else "not applied in this process"
-
-
 def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
-    found = _kernel_source(sources, DECODE_FILE)
-    if isinstance(found, str):
-        return Verdict(UNKNOWN, found)
-    text, path = found
-    reading = kernels.decode_addressing(text, DECODE_WRAPPER)
-    where = f"{path}:{reading.line}" if reading.line else path
+    found = _kernel_reading(
+        sources, DECODE_FILE, lambda text: kernels.decode_addressing(text, DECODE_WRAPPER)
+    )
+    if isinstance(found, Verdict):
+        return found
+    reading, where = found
     if reading.verdict == UNKNOWN:
         return Verdict(UNKNOWN, f"{where}: {reading.reason}")
     said = f"{where}: {reading.reason} ({reading.verdict})"
@@ -357,7 +348,8 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
         return Verdict(UNKNOWN, f"{said}; the pool's order is unknown")
     if reading.verdict == pool.order:
         return Verdict(PASS, f"{said}, the pool is {pool.order}")
-    patch = _decode_patch_state(sources)
+    outcome = OUTCOMES.get(DECODE_PATCH)
+    patch = sources.decode_patch or (outcome.state if outcome else "not applied in this process")
     if patch == "applied":
         return Verdict(
             PASS,

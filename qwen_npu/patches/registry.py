@@ -26,13 +26,9 @@ ENV_DISABLE = "QWEN_NPU_DISABLE_PATCHES"
 
 @dataclass(frozen=True)
 class Serves:
-    """The engine modes whose code a patch fixes (``modes.uses`` reads it).
-
-    ``mtp``: the MTP settings it acts under; ``state_dtypes``: the SSM state dtypes it changes
-    anything for (None: every dtype); ``inherited_draft_only``: it fixes the MTP draft only while
-    the draft inherits the target's quantization (``--speculative-draft-model-quantization
-    unquant`` builds the draft without the ModelSlim config, so the patch is a fallback then).
-    """
+    """The engine modes whose code a patch fixes (``modes.uses``): the MTP settings, the SSM state
+    dtypes it changes anything for (None: every one), and whether it fixes the MTP draft only
+    while the draft inherits the target's quantization (not with ``...-quantization unquant``)."""
 
     mtp: tuple[bool, ...] = (True, False)
     state_dtypes: tuple[str, ...] | None = None
@@ -47,7 +43,7 @@ class PatchInfo:
 
     name: str  # the contract name (docs/architecture.md, "Patch names and states")
     target: str  # "module:Qualname" of what the patch rebinds
-    upstream_pr: str
+    upstream_pr: str = UPSTREAM_PR  # the pull request these patches follow
     serves: Serves = Serves()
     #: SGLang modules besides the target's that must be loaded before the patch applies.
     also_waits_for: tuple[str, ...] = ()
@@ -63,18 +59,18 @@ class PatchInfo:
         return (self.target.partition(":")[0], *self.also_waits_for)
 
 
+def _draft_fix(why: str) -> Serves:
+    """What a fix of the MTP draft serves: MTP on, while the draft inherits the quantization."""
+    return Serves(mtp=(True,), inherited_draft_only=True, why=why)
+
+
 PATCHES: tuple[PatchInfo, ...] = (
     PatchInfo(
         name="modelslim-moe-unquant-fallback",
         target="sglang.srt.layers.quantization.modelslim.modelslim:ModelSlimConfig.get_quant_method",
-        upstream_pr=UPSTREAM_PR,
-        serves=Serves(
-            mtp=(True,),
-            inherited_draft_only=True,
-            why=(
-                "the all-FLOAT fused-MoE layer of these checkpoints is the MTP draft's, built "
-                "with the target's ModelSlim config only while the draft inherits --quantization"
-            ),
+        serves=_draft_fix(
+            "the all-FLOAT fused-MoE layer of these checkpoints is the MTP draft's, built "
+            "with the target's ModelSlim config only while the draft inherits --quantization"
         ),
         # the fallback returns FusedMoE's unquantized method: FusedMoE must be importable
         also_waits_for=("sglang.srt.layers.moe.fused_moe_triton",),
@@ -82,14 +78,9 @@ PATCHES: tuple[PatchInfo, ...] = (
     PatchInfo(
         name="mtp-modelslim-unquant",
         target="sglang.srt.models.qwen3_5_mtp:_mtp_quant_config",
-        upstream_pr=UPSTREAM_PR,
-        serves=Serves(
-            mtp=(True,),
-            inherited_draft_only=True,
-            why=(
-                "the draft is built only with MTP on; with --speculative-draft-model-quantization "
-                "unquant SGLang itself drops the draft's quant config on NPU"
-            ),
+        serves=_draft_fix(
+            "the draft is built only with MTP on; with --speculative-draft-model-quantization "
+            "unquant SGLang itself drops the draft's quant config on NPU"
         ),
     ),
     PatchInfo(
@@ -98,7 +89,6 @@ PATCHES: tuple[PatchInfo, ...] = (
             "sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend:"
             "move_intermediate_cache"
         ),
-        upstream_pr=UPSTREAM_PR,
         serves=Serves(
             mtp=(True,),
             state_dtypes=("float32", "float16"),
@@ -112,7 +102,6 @@ PATCHES: tuple[PatchInfo, ...] = (
     PatchInfo(
         name="gdn-decode-state-layout",
         target="sglang.srt.layers.attention.linear.kernels.gdn_triton:TritonGDNKernel.decode",
-        upstream_pr=UPSTREAM_PR,
         serves=Serves(
             mtp=(False,),
             why=(
@@ -128,11 +117,8 @@ BY_NAME: dict[str, PatchInfo] = {p.name: p for p in PATCHES}
 
 @dataclass(frozen=True)
 class ContractLink:
-    """One link of the GDN state contract (``gdn_contract``): who holds the SSM state how.
-
-    ``unknown_fails_strict``: whether ``patches verify --strict`` fails when the link cannot be
-    read; ``unknown_why`` says why the ledger decided so.
-    """
+    """One link of the GDN state contract (``gdn_contract``): who holds the SSM state how;
+    whether ``patches verify --strict`` fails when it cannot be read, and why so."""
 
     name: str
     what: str
@@ -203,11 +189,8 @@ def get_patch(name: str) -> PatchInfo:
 
 
 def disable_requests(environ: Mapping[str, str]) -> frozenset[str]:
-    """The names in ``QWEN_NPU_DISABLE_PATCHES`` (comma-separated; ``all`` means every patch).
-
-    The one parser of the kill switch: the patches themselves, ``qwen-npu patches`` and preflight
-    all read it through here (or through ``disabled_patches``).
-    """
+    """The names in ``QWEN_NPU_DISABLE_PATCHES`` (comma-separated; ``all``: every patch), the one
+    parser of the kill switch (the patches, ``qwen-npu patches`` and preflight)."""
     return frozenset(n.strip() for n in environ.get(ENV_DISABLE, "").split(",") if n.strip())
 
 

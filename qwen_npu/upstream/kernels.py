@@ -1,9 +1,8 @@
 """What an installed Triton kernel module does, read from its source (ast, no import, no NPU).
 
 Why this exists: with ``V == K == 128`` a kernel that addresses the SSM state in the other order,
-or a scatter that accepts ``h_block_size`` and ignores it, runs without an error and is wrong or
-useless; off the NPU the kernel's Python source is the one thing that can tell. Each answer is a
-``Reading``: the verdict, the line it was read from and why.
+or a scatter that ignores its ``h_block_size``, runs without an error; off the NPU its Python
+source is the one thing that can tell. Each answer is a ``Reading``: verdict, line, why.
 
 - ``tiling``: does the scatter wrapper's ``h_block_size`` reach a kernel launch, directly or through
   local names, whose kernel loops ``for ... in range(start, H, <it>)`` (``range``, ``tl.range``,
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from qwen_npu.constants import UNKNOWN as UNKNOWN  # one of the verdicts
 from qwen_npu.upstream.source import functions, module_source, names, params
@@ -35,20 +34,26 @@ STATE_ARG = "initial_state_source"
 DST_ARG = "ssm_states"
 
 
-@dataclass(frozen=True)
-class Reading:
-    """The verdict (one of this module's, or ``unknown``), where it was read, and why."""
+class Reading(NamedTuple):
+    """The verdict (one of this module's, or ``unknown``), the line it was read from, and why."""
 
     verdict: str
     line: int | None
     reason: str
 
 
-def _parse(source: str) -> ast.Module | Reading:
+def _wrapper(
+    source: str, name: str
+) -> tuple[dict[str, ast.FunctionDef], ast.FunctionDef] | Reading:
+    """The module's top-level functions and the one called ``name``; or a Reading saying why not."""
     try:
-        return ast.parse(textwrap.dedent(source))
+        tree = ast.parse(textwrap.dedent(source))
     except SyntaxError as exc:
         return Reading(UNKNOWN, exc.lineno, f"the source does not parse: {exc.msg}")
+    found = functions(tree)
+    if name not in found:
+        return Reading(UNKNOWN, None, f"no {name} in the module")
+    return found, found[name]
 
 
 def _carriers(func: ast.FunctionDef, start: str) -> set[str]:
@@ -103,13 +108,10 @@ def _loops_by(kernel: ast.FunctionDef, param: str) -> bool:
 
 def tiling(source: str, wrapper: str) -> Reading:
     """Whether ``wrapper`` in module ``source`` tiles H by ``h_block_size`` (module docstring)."""
-    tree = _parse(source)
-    if isinstance(tree, Reading):
-        return tree
-    kernels = functions(tree)
-    func = kernels.get(wrapper)
-    if func is None:
-        return Reading(UNKNOWN, None, f"{wrapper} is not defined in its module's source")
+    found = _wrapper(source, wrapper)
+    if isinstance(found, Reading):
+        return found
+    kernels, func = found
     if TILE_PARAM not in params(func):
         return Reading(IGNORED, func.lineno, f"{wrapper} has no {TILE_PARAM} parameter")
     if not any(TILE_PARAM in names(stmt) for stmt in func.body):
@@ -165,20 +167,12 @@ def _layout_of_sum(terms: list[ast.expr], dims: dict[str, str]) -> str | None:
     return {("V", "K", "V"): K_MAJOR, ("K", "V", "K"): V_MAJOR}.get((contiguous[0], *rows[0]))
 
 
-def decode_addressing(source: str, wrapper: str | None = None) -> Reading:
+def decode_addressing(source: str, wrapper: str) -> Reading:
     """The state layout a decode kernel module addresses (module docstring)."""
-    tree = _parse(source)
-    if isinstance(tree, Reading):
-        return tree
-    kernels = functions(tree)
-    if wrapper is None:
-        candidates = [f for f in kernels.values() if STATE_ARG in params(f)]
-    else:
-        candidates = [kernels[wrapper]] if wrapper in kernels else []
-    if not candidates:
-        named = wrapper or f"a function with a parameter {STATE_ARG}"
-        return Reading(UNKNOWN, None, f"no {named} in the module")
-    func = candidates[0]
+    found = _wrapper(source, wrapper)
+    if isinstance(found, Reading):
+        return found
+    kernels, func = found
     launched = [
         (kernels[k], p) for k, p in _launches(func, {STATE_ARG}, kernels) if k in kernels and p
     ]
@@ -193,23 +187,23 @@ def decode_addressing(source: str, wrapper: str | None = None) -> Reading:
             if isinstance(left, ast.Name) and isinstance(right, ast.Name):
                 dims.setdefault(left.id, right.id)
     carriers = _carriers(kernel, param)  # p_h0 = h0_source + ...; later sums may add to p_h0
-    found: dict[str, list[ast.BinOp]] = {}
+    sums: dict[str, list[ast.BinOp]] = {}
     for node in ast.walk(kernel):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             terms = _terms(node, ast.Add)
             if any(isinstance(t, ast.Name) and t.id in carriers for t in terms):
                 layout = _layout_of_sum(terms, dims)
                 if layout is not None:
-                    found.setdefault(layout, []).append(node)
-    if not found:
+                    sums.setdefault(layout, []).append(node)
+    if not sums:
         why = f"{kernel.name}: no state address of the form <{param}> + <offset>*<dim> + <offset>"
         return Reading(UNKNOWN, kernel.lineno, why)
-    if len(found) > 1:
-        both = "; ".join(f"line {at[0].lineno}: {layout}" for layout, at in found.items())
+    if len(sums) > 1:
+        both = "; ".join(f"line {at[0].lineno}: {layout}" for layout, at in sums.items())
         return Reading(
             UNKNOWN, kernel.lineno, f"{kernel.name} addresses the state both ways ({both})"
         )
-    ((layout, (site, *_)),) = found.items()
+    ((layout, (site, *_)),) = sums.items()
     return Reading(layout, site.lineno, f"{kernel.name}: {' '.join(ast.unparse(site).split())}")
 
 
@@ -223,12 +217,10 @@ def _literal(node: ast.expr) -> int | None:
 
 def mover_strides(source: str, wrapper: str = "move_intermediate_cache") -> Reading:
     """Whether the mover honours its destination's strides below the slot (module docstring)."""
-    tree = _parse(source)
-    if isinstance(tree, Reading):
-        return tree
-    func = functions(tree).get(wrapper)
-    if func is None:
-        return Reading(UNKNOWN, None, f"no {wrapper} in the module")
+    found = _wrapper(source, wrapper)
+    if isinstance(found, Reading):
+        return found
+    _, func = found
     own = params(func)
     dst = DST_ARG if DST_ARG in own else (own[0] if own else DST_ARG)
 

@@ -55,6 +55,17 @@ def read(path: str | os.PathLike[str] | None) -> str | None:
         return None
 
 
+def parse(path: str | os.PathLike[str]) -> ast.Module | str:
+    """The module in file ``path``, parsed; or why not, in a few words."""
+    text = read(path)
+    if text is None:
+        return "cannot be read"
+    try:
+        return ast.parse(text)
+    except SyntaxError as exc:
+        return f"line {exc.lineno} does not parse: {exc.msg}"
+
+
 def module_source(obj: object) -> str | None:
     """The source of the module that defines ``obj`` (a function, say); None without one."""
     module = sys.modules.get(getattr(obj, "__module__", "") or "")

@@ -1,5 +1,1 @@
-"""The runtime fixes, one module per registry entry (``registry.PATCHES``), each with ``apply()``.
-
-The framework beside them (``core``, ``hook``, ``state``, ``registry``) is what every fix uses;
-these modules are what a maintainer deletes when SGLang fixes the bug upstream.
-"""
+"""The runtime fixes, one module per registry entry, each with ``apply()``: deleted with it."""

@@ -131,7 +131,6 @@ def decode_traffic(
     v: int,
     k: int,
     sizes: Mapping[str, int],
-    live: int | None = None,
     stored: int | None = None,
     split_views: bool = False,
 ) -> dict[str, int]:
@@ -140,26 +139,25 @@ def decode_traffic(
     Per (request, value head) tile: ``cu_seqlens`` twice, ``a``, ``b``, ``A_log``, ``dt_bias``
     once; per V block (``ceil(V / min(next_pow2(V), 64))``) and token: v, o and the state block
     read and written (index >= 0); q, k and the index: per V block in the replaced kernel, once
-    in ours. ``live`` rows have a token, ``stored`` of them an index >= 0; ``sizes``: itemsize per
+    in ours. ``stored`` rows (default all) have an index >= 0; ``sizes``: itemsize per
     tensor. The copy route adds ``copies`` (``hot_path_bytes``) and, with ``split_views`` (q, k,
     v, a, b as views of SGLang's packed projections), ``view_copies``: the replaced wrapper's
     ``.contiguous()`` of each (read + write); ours reads the views in place.
     """
     if route not in ROUTES:
         raise ValueError(f"route {route!r}: one of {', '.join(ROUTES)}")
-    live = batch if live is None else live
-    stored = live if stored is None else stored
+    stored = batch if stored is None else stored
     blocks = -(-v // min(1 << max(v - 1, 0).bit_length(), 64))
-    tiles, live_tiles = batch * value_heads, live * value_heads
+    tiles = batch * value_heads
     plane = v * k * sizes["state"]
     per_block = blocks if route == COPY else 1  # q, k and the index: per V block, or once
     traffic = {
         "state_read": stored * value_heads * plane,
         "state_write": stored * value_heads * plane,
-        "q": live_tiles * per_block * k * sizes["q"],
-        "k": live_tiles * per_block * k * sizes["k"],
-        "v": live_tiles * v * sizes["v"],
-        "o": live_tiles * v * sizes["o"],
+        "q": tiles * per_block * k * sizes["q"],
+        "k": tiles * per_block * k * sizes["k"],
+        "v": tiles * v * sizes["v"],
+        "o": tiles * v * sizes["o"],
         "gating": tiles * (sizes["a"] + sizes["b"] + sizes["A_log"] + sizes["dt_bias"]),
         "indices": tiles * (per_block * sizes["indices"] + 2 * sizes["cu_seqlens"]),
         "copies": 0,
@@ -172,7 +170,7 @@ def decode_traffic(
             row = heads * k * (sizes["q"] + sizes["k"]) + value_heads * (
                 v * sizes["v"] + sizes["a"] + sizes["b"]
             )
-            traffic["view_copies"] = 2 * live * row
+            traffic["view_copies"] = 2 * batch * row
     return traffic
 
 

@@ -1,25 +1,23 @@
 """Patch ``mamba-scatter-ub-aware``: the mamba state scatter gets an ``h_block_size`` that fits.
 
-What: rebinds the name ``move_intermediate_cache`` inside SGLang's Ascend hybrid linear-attention
-backend module (the sgl-kernel-npu kernel it imported) to a wrapper. The wrapper reads the real
-``intermediate_state_cache`` tensor's shape ``(L, S, D, H, V, K)`` and dtype, asks
-``ub_plan.plan(V, K, dtype, num_heads=H)`` for the largest block size whose multi-buffered tile fits
-the 192 KiB unified buffer, and calls the kernel with ``h_block_size=<planned>``. A caller that
-passes ``h_block_size`` itself is left alone. The plan is cached per (H, V, K, dtype), logged and
-written to the state file once; a (V, K) plane that alone overflows the UB is warned about once.
+What: rebinds ``move_intermediate_cache`` in SGLang's Ascend hybrid linear-attention backend module
+to a wrapper that asks ``ub_plan.plan(V, K, dtype, num_heads=H)``, from the real
+``intermediate_state_cache`` tensor ``(L, S, D, H, V, K)``, for the largest block whose
+multi-buffered tile fits the 192 KiB unified buffer and passes it; a caller that passes
+``h_block_size`` is left alone. The plan is cached per (H, V, K, dtype), logged and written to the
+state file once; a (V, K) plane that alone overflows the UB is warned about once.
 
 Why: ``AscendHybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` calls the kernel twice
-without ``h_block_size``; the kernel's default of 2 needs 2,097,152 bits of a 1,572,864-bit UB for
-fp32 128x128 states, so the first request (or graph capture) dies with
+without ``h_block_size``; its default of 2 needs 2,097,152 bits of a 1,572,864-bit UB for fp32
+128x128 states, so the first request (or graph capture) dies with
 ``ub overflow, requires 2097152 bits while 1572864 bits available!``.
 
-How: applied when the backend module has been imported (see ``hook``). Drift guard: the 0.5.23
-signature and source fingerprint of ``update_mamba_state_after_mtp_verify``, and a kernel signature
-that still has ``h_block_size``. Behaviour probe: SGLang's method run on tiny CPU tensors against a
-recording stand-in kernel; if it passes ``h_block_size`` itself, the fix is upstream. Effect: the
-installed kernel module's source must still loop over H in steps of ``h_block_size``
-(``upstream.kernels.tiling``); if it accepts the parameter and ignores it, the patch is reported
-as applied without effect (``effect: ignored``; ``patches verify --strict`` fails).
+How: applied when the backend module is imported (``hook``). Drift guard: 0.5.23's signature and
+fingerprint of ``update_mamba_state_after_mtp_verify``, and a kernel that still has
+``h_block_size``. Behaviour probe: SGLang's method on tiny CPU tensors against a recording kernel;
+if it passes ``h_block_size`` itself, the fix is upstream. Effect: the installed kernel's source
+must still loop over H in steps of ``h_block_size`` (``upstream.kernels.tiling``), else the patch
+is applied without effect (``effect: ignored``; ``patches verify --strict`` fails).
 
 Upstream: https://github.com/sgl-project/sglang/pull/34353 (fix 3, the Ascend backend).
 Remove when: SGLang passes ``h_block_size`` itself (this patch then reports ``upstream-fixed``), or

@@ -1,21 +1,18 @@
 """Patch ``modelslim-moe-unquant-fallback``: an all-FLOAT fused-MoE layer loads unquantized.
 
-What: wraps ``ModelSlimConfig.get_quant_method`` (sglang.srt.layers.quantization.modelslim).
-For a ``FusedMoE`` layer whose gate, up and down projections are ``FLOAT`` for every expert in
-``quant_model_description.json`` it returns ``None``, so ``FusedMoE`` builds its
-``UnquantizedFusedMoEMethod``. Every other call goes to SGLang's own method unchanged, so missing,
-mixed (within W13, or W13 vs W2) and unsupported schemes still raise SGLang's ``ValueError``.
+What: wraps ``ModelSlimConfig.get_quant_method``: for a ``FusedMoE`` layer whose gate, up and down
+projections are ``FLOAT`` for every expert it returns ``None`` (``FusedMoE`` then builds its
+``UnquantizedFusedMoEMethod``); every other call goes to SGLang's method, so missing, mixed and
+unsupported schemes still raise SGLang's ``ValueError``.
 
-Why: ModelSlim exports of Qwen3.5/3.6 keep the MTP layer unquantized. SGLang 0.5.23 asks
-``get_moe_scheme`` for it, finds no MoE scheme called ``FLOAT`` and stops at start-up with
-``ValueError: Unsupported ModelSlim MoE schemes for layer mtp.layers.0.mlp.experts: W13='FLOAT',
-W2='FLOAT'``.
+Why: ModelSlim exports of Qwen3.5/3.6 keep the MTP layer unquantized; SGLang 0.5.23 finds no MoE
+scheme called ``FLOAT`` and stops at start-up with ``ValueError: Unsupported ModelSlim MoE schemes
+for layer mtp.layers.0.mlp.experts: W13='FLOAT', W2='FLOAT'``.
 
-How: the decision is ``modelslim_desc.moe_all_float`` over the config's own ``quant_description``,
-with SGLang's naming conventions and prefix candidates. Applied when both the ModelSlim module and
-``sglang.srt.layers.moe.fused_moe_triton`` have been imported (see ``hook``); drift-guarded by the
-signature and source fingerprints of ``get_quant_method`` and ``get_moe_scheme`` in 0.5.23; a
-behaviour probe (an all-FLOAT layer handed to SGLang's own method) reports ``upstream-fixed``.
+How: ``modelslim_desc.moe_all_float`` over the config's ``quant_description`` (SGLang's naming
+and prefix rules), applied when the ModelSlim module and ``fused_moe_triton`` are imported
+(``hook``); drift-guarded by the fingerprints of ``get_quant_method`` and ``get_moe_scheme``; the
+behaviour probe hands SGLang's method an all-FLOAT layer.
 
 Upstream: https://github.com/sgl-project/sglang/pull/34353 (fix 1, modelslim.py).
 Remove when: SGLang's ``get_quant_method`` returns None for an all-FLOAT FusedMoE layer; this patch

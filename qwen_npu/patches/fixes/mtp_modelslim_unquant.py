@@ -1,23 +1,20 @@
 """Patch ``mtp-modelslim-unquant``: an all-FLOAT MTP module is built without the ModelSlim config.
 
-What: wraps the module function ``_mtp_quant_config`` of ``sglang.srt.models.qwen3_5_mtp`` (also
-used, by name, by ``qwen4_exp_mtp``). When the target's quant config is ModelSlim and every
-``mtp.*`` entry of its description is ``FLOAT``, it returns ``None``; everything else goes to
-SGLang's function unchanged (an MTP with quantized entries keeps its config).
+What: wraps ``_mtp_quant_config`` of ``sglang.srt.models.qwen3_5_mtp`` (also used by name by
+``qwen4_exp_mtp``): for a ModelSlim quant config whose ``mtp.*`` entries are all ``FLOAT`` it
+returns ``None``; anything else goes to SGLang's function (a quantized MTP keeps its config).
 
 Why: SGLang 0.5.23 drops the MTP's quant config on NPU only when
-``--speculative-draft-model-quantization`` resolves to None, but that flag inherits
-``--quantization modelslim`` by default, so the plain command line builds the bf16 draft with the
-target's W8A8 config (and fails in the MoE scheme lookup). With ``None`` the draft loads in bf16 and
-``Qwen3_5ForCausalLMMTP.forward`` turns on its bf16 dispatch overrides
-(``SGLANG_DEEPEP_BF16_DISPATCH``, ``DEEP_NORMAL_MODE_USE_INT8_QUANT=False``). No extra flag needed.
+``--speculative-draft-model-quantization`` resolves to None, but it inherits ``--quantization
+modelslim``, so the plain command line builds the bf16 draft with the target's W8A8 config (and
+fails in the MoE scheme lookup). With ``None`` the draft loads in bf16 and
+``Qwen3_5ForCausalLMMTP.forward`` turns on its bf16 dispatch overrides. No extra flag needed.
 
-How: decision by ``modelslim_desc.mtp_is_all_float`` on ``quant_config.quant_description``.
-Applied when ``qwen3_5_mtp`` has been imported (see ``hook``), before any module that imports the
-function by name; a module that already holds SGLang's function by name (imported earlier) is
-rebound too. Drift-guarded by the 0.5.23 signature and source fingerprint. Behaviour probe: SGLang's
-function, on NPU with the draft quantization inherited as ``modelslim``, given a ModelSlim config
-whose MTP entries are all FLOAT; ``None`` means the fix is upstream.
+How: ``modelslim_desc.mtp_is_all_float`` on ``quant_config.quant_description``, applied when
+``qwen3_5_mtp`` is imported (``hook``); a module already holding SGLang's function by name is
+rebound too. Drift guard: 0.5.23's signature and fingerprint. Behaviour probe: SGLang's function,
+as on an NPU with the draft quantization inherited, given an all-FLOAT-MTP ModelSlim config;
+``None`` means the fix is upstream.
 
 Upstream: https://github.com/sgl-project/sglang/pull/34353 (fix 2, qwen3_5_mtp.py).
 Remove when: SGLang's ``_mtp_quant_config`` returns None for such a config; this patch then

@@ -1,13 +1,11 @@
 """The gated delta rule in float64: what a GDN decode kernel's output and state must equal.
 
-Why in the package: two users hold kernels against it, the patch tests (tests/patches) and the
-kernels claim of ``qwen-npu qualify`` (in the engine image on an NPU, and under Triton's
-interpreter off it). Plain torch, no triton; imported lazily by its users.
-
-Math states are ``S[n, hv, k, v]`` (K-major, as the math is written); a V-major pool holds their
-transpose. Per (request, value head): ``g = -exp(A_log) * softplus(a + dt_bias)`` (threshold 20),
-decay ``exp(g)``, ``beta = sigmoid(b)``; q and k L2-normalised (``+1e-6``), q scaled by
-``K**-0.5``; ``h *= decay; v -= sum_k h*k; v *= beta; h += k v^T; o = sum_k h*q``.
+Why in the package: the patch tests and ``qwen-npu qualify``'s kernels claim (on an NPU, or under
+Triton's interpreter) both hold kernels against it. Math states are ``S[n, hv, k, v]`` (K-major);
+a V-major pool holds their transpose. Per (request, value head): ``g = -exp(A_log) *
+softplus(a + dt_bias)`` (threshold 20), decay ``exp(g)``, ``beta = sigmoid(b)``; q and k
+L2-normalised (``+1e-6``), q scaled by ``K**-0.5``; ``h *= decay; v -= sum_k h*k; v *= beta;
+h += k v^T; o = sum_k h*q``. Plain torch, imported lazily by its users.
 """
 
 from __future__ import annotations

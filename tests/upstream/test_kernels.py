@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from qwen_npu.upstream import kernels as kl
+from tests.patches.gdn_kernels import K_MAJOR_ADDRESS, V_MAJOR_ADDRESS, kernel_source
 from tools.paths import STUBS
-
-from .gdn_kernels import K_MAJOR_ADDRESS, V_MAJOR_ADDRESS, kernel_source
 
 WRAPPER = "fused_sigmoid_gating_delta_rule_update_decode_npu"
 MOVER_STUB = STUBS / "sgl_kernel_npu/mamba/mamba_state_update_triton.py"

@@ -138,9 +138,9 @@ def push(archive: Path, target: Target, registry: Registry, work: Path) -> str:
 def pull(
     target: Target, registry: Registry, version: str, keyring: Path, work: Path, sha256: str = ""
 ) -> dict[str, Any]:
-    """helm pull oci://.../charts/qwen-npu and its provenance layer, then Helm's provenance check
-    (what `helm pull --verify` does) and, given `sha256`, the archive's: the archive, its sha256
-    and the signer."""
+    """Pull the chart (oci://.../charts/qwen-npu) with its provenance layer, then run Helm's
+    provenance check (what `helm pull --verify` does) and, given `sha256`, the archive's: the
+    archive, its sha256 and the signer."""
     dest = work / "pulled"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)

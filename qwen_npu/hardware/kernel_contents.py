@@ -127,14 +127,8 @@ class KernelFiles:
     def from_site(cls, site: Path) -> KernelFiles:
         if not (site / KERNEL_PACKAGE).is_dir():
             return cls({})
-        files: dict[str, bytes | Path] = {}
-        for package in LIBRARY_PACKAGES:
-            root = site / package
-            if root.is_dir():
-                for path in root.rglob("*"):
-                    if path.is_file() and path.suffix in (".py", ".so"):
-                        files[path.relative_to(site).as_posix()] = path
-        return cls(files)
+        paths = (p for package in LIBRARY_PACKAGES for p in (site / package).rglob("*"))
+        return cls({p.relative_to(site).as_posix(): p for p in paths if p.suffix in (".py", ".so")})
 
     @classmethod
     def from_zip(cls, zip_path: Path) -> KernelFiles:

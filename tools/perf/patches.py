@@ -232,20 +232,16 @@ def traffic_check() -> str:
     with interpreter():
         kernel = getattr(importlib.import_module(gdn.V_MAJOR_MODULE), gdn.V_MAJOR_KERNEL)
         g = torch.Generator().manual_seed(0)
-        bf16 = torch.bfloat16
         n = 3
+        shapes = {"state": (n + 2, value_heads, v, k), "q": (1, n, heads, k), "k": (1, n, heads, k),
+                  "v": (1, n, value_heads, v), "a": (n, value_heads), "b": (n, value_heads),
+                  "A_log": (value_heads,), "dt_bias": (value_heads,)}  # fmt: skip
         t = {
-            "state": torch.randn(n + 2, value_heads, v, k, generator=g).to(bf16),
-            "q": torch.randn(1, n, heads, k, generator=g).to(bf16),
-            "k": torch.randn(1, n, heads, k, generator=g).to(bf16),
-            "v": torch.randn(1, n, value_heads, v, generator=g).to(bf16),
-            "a": torch.randn(n, value_heads, generator=g).to(bf16),
-            "b": torch.randn(n, value_heads, generator=g).to(bf16),
-            "A_log": torch.randn(value_heads, generator=g).to(bf16),
-            "dt_bias": torch.randn(value_heads, generator=g).to(bf16),
-            "indices": torch.tensor([3, -1, 1], dtype=torch.int32),
-            "cu_seqlens": torch.arange(n + 1, dtype=torch.int32),
+            name: torch.randn(*dims, generator=g).to(torch.bfloat16)
+            for name, dims in shapes.items()
         }
+        t["indices"] = torch.tensor([3, -1, 1], dtype=torch.int32)
+        t["cu_seqlens"] = torch.arange(n + 1, dtype=torch.int32)
         with count_bytes(t) as got:
             kernel(t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, t["q"], t["k"], t["v"], t["b"],
                    t["state"], t["indices"], cu_seqlens=t["cu_seqlens"],

@@ -69,8 +69,6 @@ def router_workers_probe(url: str) -> str:
 # every engine pod carries whatever the overrides.
 
 ENGINE_KINDS = ("Deployment", "LeaderWorkerSet")
-#: kubectl's resource name for each engine kind.
-RESOURCE = {"Deployment": "deployment", "LeaderWorkerSet": "leaderworkerset"}
 
 
 @dataclass(frozen=True)
@@ -83,8 +81,7 @@ class Workload:
 
     @property
     def ref(self) -> str:
-        """``deployment/<name>``: what kubectl takes."""
-        return f"{RESOURCE.get(self.kind, self.kind.lower())}/{self.name}"
+        return f"{self.kind.lower()}/{self.name}"  # deployment/<name>, what kubectl takes
 
 
 def objects(manifest: str) -> list[Workload]:
@@ -137,9 +134,15 @@ class OnCall:
     values_mode: str
     sidecar_port: int
     router_port: int
-    via_make: bool
+    via: str
+    patch_name: str
+    revision: str
 
     # make targets and variables under make, the CLI's verbs and flags otherwise
+    @property
+    def via_make(self) -> bool:
+        return self.via == "make"
+
     @property
     def prog(self) -> str:
         return f"make {self.switch}" if self.via_make else f"{PROG} {self.switch}"
@@ -180,6 +183,12 @@ class OnCall:
         """A read-only command's stdout, or None when it fails (its stderr shown)."""
         done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
         return done.stdout if done.returncode == 0 else None
+
+    def python_in(self, pod: str, container: str, code: str) -> list[str]:
+        return [*self.kns, "exec", pod, "-c", container, "--", "python3", "-c", code]
+
+    def sidecar_probe(self, path: str) -> str:
+        return http_probe(f"http://127.0.0.1:{self.sidecar_port}{path}", path)
 
     def first_pod(self, selector: str) -> str:
         out = self.read(
@@ -250,10 +259,9 @@ class OnCall:
         if not pod:
             raise Stop(f"{self.switch}: no serving engine pod found; next: {status}")
         self.run(
-            [*self.kns, "exec", pod, "-c", "sidecar", "--", "python3", "-c",
-             http_probe(f"http://127.0.0.1:{self.sidecar_port}/readyz", "/readyz")],
+            self.python_in(pod, "sidecar", self.sidecar_probe("/readyz")),
             f"the sidecar's /readyz says not ready; next: {status} (its /status says why)",
-        )  # fmt: skip
+        )
         self.say(
             f"done, release {self.release} in {self.namespace} is ready ({status} for details)"
         )
@@ -343,8 +351,7 @@ class OnCall:
                 f"kubectl --namespace {ns} get events --sort-by=.lastTimestamp"
             )
         self.run(
-            [*self.kns, "exec", pod, "-c", "sidecar", "--", "python3", "-c",
-             http_probe(f"http://127.0.0.1:{self.sidecar_port}/status", "/status")],
+            self.python_in(pod, "sidecar", self.sidecar_probe("/status")),
             f"the sidecar of {pod} did not answer /status (its error is above); next: "
             f"kubectl --namespace {ns} logs {pod} -c sidecar --tail=50",
         )  # fmt: skip
@@ -356,8 +363,9 @@ class OnCall:
             )
             return
         self.run(
-            [*self.kns, "exec", router, "-c", "router", "--", "python3", "-c",
-             router_workers_probe(f"http://127.0.0.1:{self.router_port}/workers")],
+            self.python_in(
+                router, "router", router_workers_probe(f"http://127.0.0.1:{self.router_port}/workers")
+            ),
             f"the router {router} lists no worker or an unhealthy one (above); next: "
             "docs/runbook.md#qwennpurouterworkerejected",
         )  # fmt: skip
@@ -399,12 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", type=namespace_name, default="default")
     p.add_argument(
         "--chart",
-        default=None,
+        default="",
         help="the chart of the deployed revision (a folder, a .tgz or oci://...); required by "
         "the switches that upgrade (make passes this checkout's chart folder, by absolute path)",
     )
-    p.add_argument("--helm", default="helm", help="helm command (may carry flags)")
-    p.add_argument("--kubectl", default="kubectl", help="kubectl command (may carry flags)")
+    for tool in ("helm", "kubectl"):
+        p.add_argument(f"--{tool}", type=shlex.split, default=tool, help="may carry flags")
     p.add_argument("--timeout", type=duration, default="35m", help="rollout and readiness wait")
     p.add_argument(
         "--values-mode",
@@ -413,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sidecar-port", type=port, default=SIDECAR_PORT)
     p.add_argument("--router-port", type=port, default=ENGINE_PORT)
-    p.add_argument("--patch", default="", help="patch-off/patch-on: the runtime patch's name")
+    p.add_argument("--patch", dest="patch_name", default="", help="patch-off/patch-on: its name")
     p.add_argument("--revision", default="", help="rollback: the revision (default: previous)")
     p.add_argument("--via", choices=["cli", "make"], default="cli", help=argparse.SUPPRESS)
     return p
@@ -421,19 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    oc = OnCall(
-        switch=args.switch,
-        release=args.release,
-        namespace=args.namespace,
-        chart=args.chart or "",
-        helm=shlex.split(args.helm),
-        kubectl=shlex.split(args.kubectl),
-        timeout=args.timeout,
-        values_mode=args.values_mode,
-        sidecar_port=args.sidecar_port,
-        router_port=args.router_port,
-        via_make=args.via == "make",
-    )
+    oc = OnCall(**vars(args))
     try:
         if args.switch == "status":
             oc.status()
@@ -443,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.switch in ("mtp-off", "mtp-on"):
             oc.mtp(args.switch == "mtp-on")
         elif args.switch in ("patch-off", "patch-on"):
-            oc.patch("add" if args.switch == "patch-off" else "remove", args.patch)
+            oc.patch("add" if args.switch == "patch-off" else "remove", oc.patch_name)
         else:
             oc.rollback(args.revision)
     except Stop as stop:  # on stderr in the verbs' one shape, unless make's names are in it

@@ -4,12 +4,7 @@ Why this exists: on Ascend the SSM state of Qwen3.5/3.6's GDN layers is held by 
 read or written by four pieces of code from two projects; with ``V == K == 128`` a piece that
 disagrees on the order never crashes, and a dtype a chip's op cannot take garbles or fails. So each
 link (registry.GDN_CONTRACT) gets ``pass``, ``fail`` or ``unknown`` with its evidence (file:line
-and what was read): ``pool_layout`` from SGLang's real ``MambaPool`` built on CPU in its NPU
-configuration (V != K, so the order shows in the strides); ``prefill_op``, ``verify_op`` from
-SGLang's Ascend GDN backend source; ``mover``, ``decode_kernel`` from sgl-kernel-npu's source
-(``upstream.kernels``); ``ssm_dtype`` from the command line, ``SGLANG_MAMBA_SSM_DTYPE``,
-config.json and the chip (``hardware.chips``). Nothing here raises; ``report()`` logs one line
-per link and writes ``gdn_contract`` to the state file.
+and what was read; docs/patches.md, the GDN state contract). Nothing here raises.
 """
 
 from __future__ import annotations
@@ -57,16 +52,10 @@ class Verdict:
     verdict: str
     evidence: str
 
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Pool:
-    """What the pool link found: the physical order of the state's (V, K) plane, and whether
-    the temporal state is a dense tensor."""
-
-    order: str  # V_MAJOR or K_MAJOR
+    order: str  # of the temporal state's (V, K) plane: V_MAJOR or K_MAJOR
     contiguous: bool
 
 
@@ -82,9 +71,6 @@ class Sources:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     #: The decode patch's state in this process (None: take it from core.OUTCOMES).
     decode_patch: str | None = None
-
-
-# --- pool_layout ------------------------------------------------------------------------------
 
 
 def sglang_mamba_pool(
@@ -219,9 +205,6 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
     ), pool
 
 
-# --- prefill_op, verify_op ----------------------------------------------------------------------
-
-
 def _backend_calls(sources: Sources) -> tuple[list[tuple[int, str]], str] | str:
     """Every call in AscendGDNAttnBackend as (line, callee), and the file; or why not."""
     if sources.sglang_dir is None:
@@ -247,8 +230,7 @@ def _against_pool(name: str, order: str, where: str, pool: Pool | None, pair: st
 
 
 #: A GDN op the backend may call: (callee suffixes, what it is, the state order it reads, what
-#: goes wrong against a pool of the other order). The AscendC ops read the state V-major, dense;
-#: the Triton chunk kernels (sgl-kernel-npu fla/chunk.py) K-major.
+#: goes wrong against a pool of the other order).
 Op = tuple[tuple[str, ...], str, str, str]
 TRANSPOSED = "the state is read transposed"
 ASCEND_CHUNK: Op = (
@@ -291,9 +273,6 @@ def prefill_op(sources: Sources, pool: Pool | None) -> Verdict:
 
 def verify_op(sources: Sources, pool: Pool | None) -> Verdict:
     return _first_op(sources, pool, [ASCEND_VERIFY], f"verify op ({VERIFY_OP})")
-
-
-# --- mover, decode_kernel -----------------------------------------------------------------------
 
 
 def _kernel_reading(
@@ -363,9 +342,6 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
     )
 
 
-# --- ssm_dtype ----------------------------------------------------------------------------------
-
-
 def ssm_dtype(sources: Sources, pool: Pool | None = None) -> Verdict:
     env = sources.environ
     argv = sources.argv
@@ -415,9 +391,6 @@ def ssm_dtype(sources: Sources, pool: Pool | None = None) -> Verdict:
     return Verdict(PASS, f"{said}, {mtp}: the prefill op takes it")
 
 
-# --- the whole contract -----------------------------------------------------------------------
-
-
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
@@ -437,7 +410,7 @@ def check(sources: Sources | None = None) -> dict[str, Verdict]:
 
 
 def as_json(verdicts: Mapping[str, Verdict]) -> dict[str, dict[str, str]]:
-    return {name: v.as_dict() for name, v in verdicts.items()}
+    return {name: asdict(v) for name, v in verdicts.items()}
 
 
 def strict_problems(

@@ -1,12 +1,8 @@
 """``qwen-npu patches list | verify [--strict] [--json] | explain NAME``.
 
-Why this exists: the image build must fail when a patch no longer fits the installed SGLang, and
-an on-call engineer needs to see, without reading code, which patches exist, their state and when
-each can go. ``verify`` imports SGLang's targets (10-20 s) and applies the patches as the start-up
-hook would; ``verify --build`` imports none (``buildcheck``: a build host with torch_npu and no
-NPU); the entrypoint runs ``verify --strict --startup --engine-args <the engine's flags>`` (one
-line). Strictness follows the engine's mode (``modes``): a problem with a patch or GDN contract
-link the mode does not run is a warning (``unused_problems=``, ``used_by_mode``), not a failure.
+Why: the image build must fail when a patch no longer fits the installed SGLang, and an on-call
+engineer needs to see which patches exist, their state and when each can go. Strictness follows
+the engine's mode (``modes``): a problem in code the mode does not run is a warning, not a failure.
 """
 
 from __future__ import annotations
@@ -34,8 +30,10 @@ from qwen_npu.patches.registry import (
     get_patch,
 )
 
+Rows = list[dict[str, Any]]
 
-def verify_all() -> list[dict[str, Any]]:
+
+def verify_all() -> Rows:
     """Import every target, apply every patch, return one row per patch (registry order)."""
     hook.install()
     rows = []
@@ -66,7 +64,7 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
+def _print_table(rows: Rows) -> None:
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         print(f"{r['name'].ljust(width)}  {r['state']:<15} {r['detail']}")
@@ -128,11 +126,7 @@ NEXT_UNUSED = (
 
 
 def _startup_line(
-    rows: list[dict[str, Any]],
-    bad: list[dict[str, Any]],
-    unknown: list[str],
-    unused: list[str] | None = None,
-    mode: modes.Mode | None = None,
+    rows: Rows, bad: Rows, unknown: list[str], unused: list[str], mode: modes.Mode | None
 ) -> str:
     """The one line the entrypoint prints before the model load (``qwen_npu.log``'s shape)."""
     states = ",".join(f"{r['name']}={r['state']}" for r in rows)
@@ -184,8 +178,7 @@ def _bad_input(args: argparse.Namespace) -> str | None:
 
 
 def _contract_argv(args: argparse.Namespace) -> list[str] | None:
-    """The command line the GDN contract reads: the engine's, else this verb's own model and dtype
-    flags (None: neither given, so the contract reads this process's ``sys.argv``)."""
+    """The engine's command line, else this verb's model and dtype flags, else None (sys.argv)."""
     if args.engine_args is not None:
         return list(args.engine_args)
     own = [("--model-path", args.model_path), ("--mamba-ssm-dtype", args.mamba_ssm_dtype)]
@@ -245,13 +238,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 1 if (failing or unknown) else 0
     if unknown:  # a misspelt kill switch switches nothing off: --strict must not pass it
         known = ", ".join(p.name for p in PATCHES)
-        print(
+        _err(
             error_line(
                 "qwen-npu patches verify",
                 f"{ENV_DISABLE}: unknown patch name(s) {', '.join(unknown)}; "
                 f"use 'all' or one of: {known} (chart value patches.disabled)",
-            ),
-            file=sys.stderr,
+            )
         )
     if args.json:
         print(
@@ -297,9 +289,8 @@ _STACK = {
 }
 
 
-def _missing_stack(rows: list[dict[str, Any]], contract: dict[str, gdn_contract.Verdict]) -> str:
-    """One line when SGLang's modules did not import here for want of a package: the states above
-    are then this environment's, not the pinned SGLang's, and the line says where to look."""
+def _missing_stack(rows: Rows, contract: dict[str, gdn_contract.Verdict]) -> str:
+    """Why the states are this environment's, not the pinned SGLang's, if a package is lacking."""
     texts = [str(r.get("detail", "")) for r in rows] + [v.evidence for v in contract.values()]
     lacking = [what for name, what in _STACK.items() if any(f"'{name}'" in t for t in texts)]
     if not lacking:
@@ -315,9 +306,8 @@ def _missing_stack(rows: list[dict[str, Any]], contract: dict[str, gdn_contract.
 def _explain_contract(
     contract: dict[str, gdn_contract.Verdict], broken: list[str], accepted: list[str], given: bool
 ) -> None:
-    """On stderr (with --json too): the links that fail --strict with each next step once, and
-    the unknown ones the ledger accepts with why (the link's own evidence when a command line was
-    ``given``; the ledger's why speaks of an image build, which has none)."""
+    """On stderr: each next step once, then why the ledger accepts the unknown links (their own
+    evidence when a command line was ``given``: the ledger's why is about an image build)."""
     for verdict in (gdn_contract.FAIL, gdn_contract.UNKNOWN):
         if names := [n for n in broken if contract[n].verdict == verdict]:
             _err(f"gdn_contract next ({', '.join(names)}): {gdn_contract.NEXT[verdict]}")

@@ -32,8 +32,6 @@ EXIT_CODES = {READY: 0, READY_WITH_PATCHES: 0, WOULD_FAIL: 1}
 
 @dataclass(frozen=True)
 class Options:
-    """What the user asked for (the CLI flags)."""
-
     tp: int | None = None  # None: pick the smallest TP that is feasible and fits
     mtp: bool = True
     npu_memory_gb: float = 64.0
@@ -77,8 +75,6 @@ class Options:
 
 @dataclass
 class Report:
-    """The result of one preflight run."""
-
     checkpoint: Checkpoint
     options: Options
     tp: int
@@ -153,8 +149,7 @@ class Report:
 
     @property
     def chart_values(self) -> dict[str, Any]:
-        """The chart values that render the engine this verdict is for (the chart builds the
-        command line: ``helm install ... --set engine.tpSize=...``)."""
+        """The chart values that render the engine this verdict is for."""
         return {
             "npu.chip": self.options.chip,
             "engine.tpSize": self.tp,
@@ -314,24 +309,17 @@ def _quantization_findings(report: Report) -> None:
     if opts.engine_args is None:
         return
     has_description = report.checkpoint.description is not None
-    if has_description and opts.quantization != "modelslim":
-        add(
-            report.findings,
-            "quantization-flag",
-            WARNING,
-            "the checkpoint has a ModelSlim quant_model_description.json but the engine runs "
-            f"--quantization {opts.quantization or '(none)'}; set "
-            "engine.quantization=modelslim",
-        )
-    elif not has_description and opts.quantization == "modelslim":
-        add(
-            report.findings,
-            "quantization-flag",
-            WARNING,
-            "the engine runs --quantization modelslim but the checkpoint has no "
-            'quant_model_description.json; set engine.quantization="" for an unquantized '
-            "checkpoint, or copy the description",
-        )
+    if has_description == (opts.quantization == "modelslim"):
+        return
+    said = (
+        "the checkpoint has a ModelSlim quant_model_description.json but the engine runs "
+        f"--quantization {opts.quantization or '(none)'}; set engine.quantization=modelslim"
+        if has_description
+        else "the engine runs --quantization modelslim but the checkpoint has no "
+        'quant_model_description.json; set engine.quantization="" for an unquantized '
+        "checkpoint, or copy the description"
+    )
+    add(report.findings, "quantization-flag", WARNING, said)
 
 
 def run_preflight(

@@ -73,38 +73,29 @@ ENGINE_KINDS = ("Deployment", "LeaderWorkerSet")
 
 @dataclass(frozen=True)
 class Workload:
-    """One rendered object: its kind, its name and its app.kubernetes.io/component label."""
-
     kind: str
     name: str
-    component: str | None
 
     @property
     def ref(self) -> str:
         return f"{self.kind.lower()}/{self.name}"  # deployment/<name>, what kubectl takes
 
 
-def objects(manifest: str) -> list[Workload]:
-    """Every object of a manifest: kind, metadata.name, metadata.labels' component."""
-    found = []
+def engine_workload(manifest: str) -> Workload | None:
+    """The engine's Deployment or LeaderWorkerSet (component ``engine``); None if not one."""
+    engines = []
     for doc in re.split(r"^---\s*$", manifest, flags=re.M):
         kind = re.search(r"^kind:\s*(\S+)\s*$", doc, flags=re.M)
         meta = re.search(r"^metadata:\s*\n((?:[ \t]+.*\n?|\s*\n)*)", doc, flags=re.M)
-        if kind is None or meta is None:
+        if kind is None or meta is None or kind[1] not in ENGINE_KINDS:
             continue
         block = meta.group(1)
         name = re.search(r"^  name:\s*['\"]?([^'\"\s]+)", block, flags=re.M)
-        component = re.search(
-            r"^    app\.kubernetes\.io/component:\s*['\"]?([^'\"\s]+)", block, flags=re.M
+        engine = re.search(
+            r"^    app\.kubernetes\.io/component:\s*['\"]?engine(['\"\s]|$)", block, re.M
         )
-        if name is not None:
-            found.append(Workload(kind[1], name[1], component[1] if component else None))
-    return found
-
-
-def engine_workload(manifest: str) -> Workload | None:
-    """The engine's Deployment or LeaderWorkerSet (component ``engine``); None if not one."""
-    engines = [o for o in objects(manifest) if o.kind in ENGINE_KINDS and o.component == "engine"]
+        if name is not None and engine is not None:
+            engines.append(Workload(kind[1], name[1]))
     return engines[0] if len(engines) == 1 else None
 
 
@@ -184,11 +175,9 @@ class OnCall:
         done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
         return done.stdout if done.returncode == 0 else None
 
-    def python_in(self, pod: str, container: str, code: str) -> list[str]:
-        return [*self.kns, "exec", pod, "-c", container, "--", "python3", "-c", code]
-
-    def sidecar_probe(self, path: str) -> str:
-        return http_probe(f"http://127.0.0.1:{self.sidecar_port}{path}", path)
+    def sidecar_probe(self, pod: str, path: str) -> list[str]:
+        code = http_probe(f"http://127.0.0.1:{self.sidecar_port}{path}", path)
+        return [*self.kns, "exec", pod, "-c", "sidecar", "--", "python3", "-c", code]
 
     def first_pod(self, selector: str) -> str:
         out = self.read(
@@ -259,7 +248,7 @@ class OnCall:
         if not pod:
             raise Stop(f"{self.switch}: no serving engine pod found; next: {status}")
         self.run(
-            self.python_in(pod, "sidecar", self.sidecar_probe("/readyz")),
+            self.sidecar_probe(pod, "/readyz"),
             f"the sidecar's /readyz says not ready; next: {status} (its /status says why)",
         )
         self.say(
@@ -351,7 +340,7 @@ class OnCall:
                 f"kubectl --namespace {ns} get events --sort-by=.lastTimestamp"
             )
         self.run(
-            self.python_in(pod, "sidecar", self.sidecar_probe("/status")),
+            self.sidecar_probe(pod, "/status"),
             f"the sidecar of {pod} did not answer /status (its error is above); next: "
             f"kubectl --namespace {ns} logs {pod} -c sidecar --tail=50",
         )  # fmt: skip
@@ -363,9 +352,8 @@ class OnCall:
             )
             return
         self.run(
-            self.python_in(
-                router, "router", router_workers_probe(f"http://127.0.0.1:{self.router_port}/workers")
-            ),
+            [*self.kns, "exec", router, "-c", "router", "--", "python3", "-c",
+             router_workers_probe(f"http://127.0.0.1:{self.router_port}/workers")],
             f"the router {router} lists no worker or an unhealthy one (above); next: "
             "docs/runbook.md#qwennpurouterworkerejected",
         )  # fmt: skip

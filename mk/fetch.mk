@@ -17,6 +17,6 @@ fetch: $(STAMP) ## fetch a checkpoint: make fetch MODEL=hf://org/name DEST=dir [
 
 perf-fetch: $(STAMP) ## fetch throughput, CPU per GB, peak RSS, 35 GB re-verify (out/perf/fetch.md)
 	@mkdir -p $(OUT)/perf
-	PERF_OUT=$(OUT)/perf $(BIN)/python -m tools.perf.fetch
+	$(BIN)/python -m tools.perf.fetch --out $(OUT)/perf/fetch.md
 
 PERF_TARGETS += perf-fetch

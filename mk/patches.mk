@@ -48,7 +48,7 @@ check-wheel-pth: $(STAMP) ## build the wheel, install it in a throwaway venv, ch
 
 perf-patches: patches-pth ## the .pth hook's start-up cost, the 397B decision time, GDN decode traffic per route (out/perf/patches.md)
 	@mkdir -p $(OUT)/perf
-	$(BIN)/python -m tools.perf.patches --runs $(or $(PERF_RUNS),200) --out $(OUT)/perf/patches.md
+	PERF_RUNS=$(or $(PERF_RUNS),200) $(BIN)/python -m tools.perf.patches --out $(OUT)/perf/patches.md
 
 TEST_DEPS += patches-pth verify-patches
 PERF_TARGETS += perf-patches

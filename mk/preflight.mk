@@ -5,6 +5,6 @@
 
 perf-preflight: $(STAMP) ## time qwen-npu preflight on a 397B-sized checkpoint (out/perf/preflight.md)
 	@mkdir -p $(OUT)/perf
-	PERF_OUT=$(OUT)/perf $(BIN)/python -m tools.perf.preflight
+	$(BIN)/python -m tools.perf.preflight --out $(OUT)/perf/preflight.md
 
 PERF_TARGETS += perf-preflight

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,8 @@ from pathlib import Path
 
 from fixtures.hubserver import Hub, Repo
 from qwen_npu.fetch.layout import Revision, Store
-from tools.perf.report import write_report
+from qwen_npu.processes import free_port
+from tools.perf.report import run
 
 GB = 10**9
 MB = 10**6
@@ -101,9 +101,7 @@ def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
 
     # moto runs in its own process: a child's peak RSS starts at its parent's (Linux carries the
     # high-water mark over fork and exec), and moto holds every object in memory.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = (
         "import time; from moto.server import ThreadedMotoServer as T; "
         f"T(ip_address='127.0.0.1', port={port}, verbose=False).start(); time.sleep(86400)"
@@ -172,8 +170,7 @@ def _reverify_rows(tmp: Path, env: dict[str, str]) -> list[str]:
     return rows
 
 
-def main() -> int:
-    out = Path(os.environ.get("PERF_OUT", "out/perf")) / "fetch.md"
+def report() -> list[str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -201,8 +198,8 @@ def main() -> int:
         *rows,
         "",
     ]
-    return write_report(out, lines)
+    return lines
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run("fetch", report))

@@ -7,7 +7,6 @@ and the memory; with podman images from `make image-test`, their sizes too.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from qwen_npu import processes
 from tools.paths import REPO
-from tools.perf.report import write_report
+from tools.perf.report import run
 from tools.perf.sidecar import rss_mb
 from tools.versions import read_versions
 
@@ -74,18 +73,16 @@ def start_once(venv: Path) -> tuple[float, float]:
         replace_env=True,
     )
     try:
-        try:
-            processes.wait_until(
-                lambda: processes.http_status(f"http://127.0.0.1:{port}/livez", timeout=1) == 200,
-                what="the sidecar's /livez",
-                timeout_s=60,
-                interval_s=0.01,
-                proc=proc,
-            )
-        except (processes.WaitTimeout, processes.ProcessExited) as exc:
-            sys.exit(f"perf-images: {str(exc).splitlines()[0]}")
-        elapsed = time.perf_counter() - start
-        return elapsed, rss_mb(proc.pid)
+        processes.wait_until(
+            lambda: processes.http_status(f"http://127.0.0.1:{port}/livez", timeout=1) == 200,
+            what="the sidecar's /livez",
+            timeout_s=60,
+            interval_s=0.01,
+            proc=proc,
+        )
+        return time.perf_counter() - start, rss_mb(proc.pid)
+    except (processes.WaitTimeout, processes.ProcessExited) as exc:
+        sys.exit(f"perf-images: {str(exc).splitlines()[0]}")
     finally:
         processes.stop(proc)
 
@@ -133,11 +130,7 @@ def podman_figures() -> list[str]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "out" / "perf" / "images.md")
-    parser.add_argument("--starts", type=int, default=5)
-    args = parser.parse_args(argv)
+def report() -> list[str]:
     with tempfile.TemporaryDirectory(prefix="perf-images-") as tmp:
         venv, timings = build_env(Path(tmp))
         files = [p for p in venv.rglob("*") if p.is_file()]
@@ -151,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             reverse=True,
         )[:5]
-        starts = [start_once(venv) for _ in range(args.starts)]
+        starts = [start_once(venv) for _ in range(5)]
     livez, rss = zip(*starts, strict=True)
     lines = [
         "# Sidecar image environment (make perf-images)",
@@ -172,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         *podman_figures(),
         "",
     ]
-    return write_report(args.out, lines)
+    return lines
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("images", report))

@@ -9,7 +9,6 @@ against the simulator, concurrency rising until the timings drift. The report sa
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -29,10 +28,12 @@ from qwen_npu import processes
 from qwen_npu.loadtest.compare_stats import Spread, beats
 from qwen_npu.sim.testing import running_sim
 from tools.paths import REPO
+from tools.perf.report import run
 
 TTFT, ITL, IN_LEN, OUT_LEN = 50.0, 10.0, 256, 100
 E2E = TTFT + (OUT_LEN - 1) * ITL
 NUM = {1: 12, 10: 50, 64: 256}
+REPS = 3  # runs per tool and CONC
 
 
 def ours(
@@ -101,16 +102,18 @@ def tool_verdict(
 REQUESTS_CLIENT = "qwen-npu bench, previous client"
 
 
-def accuracy(tok: Path, tmp: Path, reps: int, with_requests_client: bool = True) -> list[str]:
+def accuracy(tok: Path, tmp: Path, reps: int) -> list[str]:
     """Both tools against the truth server, alternating, ``reps`` runs per tool and CONC."""
     titles = " | ".join(f"{t} median (range)" for t in ERROR_TITLES)
     rows = [
         f"| CONC | tool | {titles} | server TTFT ms | client CPU µs/token |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    tools: list[tuple[str, Any]] = [("qwen-npu bench", ours), ("sglang.benchmark.serving", sglang)]
-    if with_requests_client:
-        tools.append((REQUESTS_CLIENT, functools.partial(ours, client="requests")))
+    tools: list[tuple[str, Any]] = [
+        ("qwen-npu bench", ours),
+        ("sglang.benchmark.serving", sglang),
+        (REQUESTS_CLIENT, functools.partial(ours, client="requests")),
+    ]
     verdicts: list[str] = []
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
@@ -206,16 +209,7 @@ def capacity(tok: Path, tmp: Path) -> list[str]:
     return rows
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default="out/perf/loadtest.md")
-    p.add_argument("--skip-capacity", action="store_true")
-    p.add_argument("--skip-accuracy", action="store_true")
-    p.add_argument("--reps", type=int, default=3, help="runs per tool and CONC")
-    p.add_argument(
-        "--skip-previous-client", action="store_true", help="do not measure the requests client"
-    )
-    args = p.parse_args()
+def report() -> list[str]:
     started = time.time()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -228,38 +222,29 @@ def main() -> int:
             "are the client's mean minus the server's own mean over the same requests. "
             f"Machine: {os.cpu_count()} cores shared by client, server and other work.",
             "",
+            "## Both tools against the truth server",
+            "",
+            f"{REPS} alternating runs per tool and concurrency: median error (min..max). "
+            f"Load average at the start: {os.getloadavg()[0]:.1f}.",
+            "",
+            *accuracy(tok, tmp, REPS),
+            "",
+            "## Capacity of one locust process (and WORKERS=2)",
+            "",
+            "Concurrency rises until mean TPOT drifts more than 5% from the truth, or the "
+            "median or p90 ITL more than 5% from their values at CONC 32; the streamed token "
+            "rate at the last 'yes' row is the capacity. Client CPU: the bench process and "
+            "its workers, start-up imports taken off. "
+            f"Load average at the start: {os.getloadavg()[0]:.1f}.",
+            "",
+            *capacity(tok, tmp),
+            "",
+            f"Took {time.time() - started:.0f} s; load average at the end "
+            f"{os.getloadavg()[0]:.1f}.",
+            "",
         ]
-        if not args.skip_accuracy:
-            lines += [
-                "## Both tools against the truth server",
-                "",
-                f"{args.reps} alternating runs per tool and concurrency: median error (min..max). "
-                f"Load average at the start: {os.getloadavg()[0]:.1f}.",
-                "",
-                *accuracy(tok, tmp, args.reps, not args.skip_previous_client),
-            ]
-        if not args.skip_capacity:
-            lines += [
-                "",
-                "## Capacity of one locust process (and WORKERS=2)",
-                "",
-                "Concurrency rises until mean TPOT drifts more than 5% from the truth, or the "
-                "median or p90 ITL more than 5% from their values at CONC 32; the streamed token "
-                "rate at the last 'yes' row is the capacity. Client CPU: the bench process and "
-                "its workers, start-up imports taken off. "
-                f"Load average at the start: {os.getloadavg()[0]:.1f}.",
-                "",
-                *capacity(tok, tmp),
-            ]
-    lines += ["", f"Took {time.time() - started:.0f} s; load average at the end "
-              f"{os.getloadavg()[0]:.1f}."]  # fmt: skip
-    text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    return 0
+    return lines
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run("loadtest", report))

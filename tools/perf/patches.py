@@ -1,21 +1,14 @@
-"""`make perf-patches`: what the patches cost. Writes out/perf/patches.md and prints it.
-
-1. Start-up: the .pth hook's added time for ``python -c pass``, between two throwaway venvs that
-   differ only in qwen_npu and ``qwen_npu_patches.pth`` (interleaved runs, medians), and its own
-   ``-X importtime``. Goal < 2 ms.
-2. Decision time over a 397B-sized synthetic description (60 layers x 512 experts, ~155k keys):
-   the fallback decision per MoE layer, preflight's raising variant, the MTP question. Goal < 1 s.
-3. Plain decode's memory traffic per GDN layer and step, copy route vs in place
-   (``gdn_decode_state_layout.decode_traffic``) for the 35B and 397B profiles at batch 1, 32 and
-   128, the model checked against the bytes Triton's CPU interpreter counts for the in-place
-   kernel. Goal: in-place state bytes equal the replaced kernel's own read and write and the
-   in-place total at most a quarter of the copy route's.
+"""`make perf-patches`: what the patches cost, in out/perf/patches.md: the .pth hook's start-up time
+between two throwaway venvs that differ only in it (goal < 2 ms); the fallback decision over a
+397B-sized description (goal < 1 s); plain decode's memory traffic per GDN layer and step, copy
+route vs in place, the model checked against the bytes Triton's CPU interpreter counts.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import itertools
+import os
 import shutil
 import statistics
 import subprocess
@@ -31,7 +24,7 @@ from qwen_npu.checkpoint import modelslim_desc as md
 from qwen_npu.patches.fixes import gdn_decode_state_layout as gdn
 from tools import chart as chart_tool
 from tools.paths import CHART_VALUES, REPO
-from tools.perf.report import write_report
+from tools.perf.report import run
 
 PTH = REPO / "qwen_npu" / "patches" / "qwen_npu_patches.pth"
 
@@ -134,15 +127,14 @@ def decisions() -> dict[str, float]:
     prefixes = [f"model.language_model.layers.{i}.mlp.experts" for i in range(60)]
     prefixes.append("mtp.layers.0.mlp.experts")
     md._index_cache = None  # a cold start, as in a fresh engine process
-    start = time.perf_counter()
+    times = [time.perf_counter()]
     answers = [md.moe_all_float(desc, p) for p in prefixes]
-    patch_s = time.perf_counter() - start
-    start = time.perf_counter()
+    times.append(time.perf_counter())
     raising = [md.moe_layer_is_unquantized(desc, p) for p in prefixes]
-    preflight_s = time.perf_counter() - start
-    start = time.perf_counter()
+    times.append(time.perf_counter())
     mtp = md.mtp_is_all_float(desc)
-    mtp_s = time.perf_counter() - start
+    times.append(time.perf_counter())
+    patch_s, preflight_s, mtp_s = (b - a for a, b in itertools.pairwise(times))
     if answers != [False] * 60 + [True] or raising != answers or not mtp:
         raise SystemExit("perf-patches: the synthetic description gave wrong answers")
     return {
@@ -303,50 +295,40 @@ def traffic_report(rows: list[dict[str, Any]], checked: str) -> list[str]:
     return lines
 
 
-def report(s: dict[str, float], d: dict[str, float], t: list[str] | None = None) -> str:
+def report() -> list[str]:
+    s, d = startup(int(os.environ.get("PERF_RUNS", "200"))), decisions()
+
     def ok(flag: bool) -> str:
         return "PASS" if flag else "MISS"
 
-    return "\n".join(
-        [
-            "# perf-patches",
-            "",
-            "Command: `make perf-patches` (tools/perf/patches.py).",
-            "",
-            "| figure | value | goal |",
-            "|---|---|---|",
-            f"| `python -c pass` without the hook (median of {s['runs']}) | "
-            f"{s['without_ms']:.2f} ms | |",
-            f"| `python -c pass` with the .pth hook (median of {s['runs']}) | "
-            f"{s['with_ms']:.2f} ms | |",
-            f"| added start-up time (difference of medians) | {s['added_ms']:.2f} ms | "
-            f"< 2 ms {ok(s['added_ms'] < 2)} |",
-            f"| the hook's own import time (`-X importtime`, median) | "
-            f"{s['hook_import_ms']:.3f} ms | < 2 ms {ok(s['hook_import_ms'] < 2)} |",
-            f"| description size | {d['keys']:,} keys | ~150k |",
-            f"| fallback decision, {d['layers']} MoE layers (cold, builds the index) | "
-            f"{d['patch_s'] * 1e3:.1f} ms | |",
-            f"| preflight's raising variant, {d['layers']} layers | "
-            f"{d['preflight_s'] * 1e3:.1f} ms | |",
-            f"| MTP all-FLOAT question | {d['mtp_s'] * 1e3:.1f} ms | |",
-            f"| decision time in total | {d['total_s'] * 1e3:.1f} ms | "
-            f"< 1 s {ok(d['total_s'] < 1)} |",
-            "",
-            "The start-up difference is measured with subprocesses on a shared machine; the "
-            "import-time figure is the hook's own cost without process-start noise.",
-            *(t or [""]),
-        ]
-    )
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=REPO / "out" / "perf" / "patches.md")
-    args = parser.parse_args()
-    text = report(startup(args.runs), decisions(), traffic_report(traffic(), traffic_check()))
-    return write_report(args.out, [text])
+    return [
+        "# perf-patches",
+        "",
+        "Command: `make perf-patches` (tools/perf/patches.py).",
+        "",
+        "| figure | value | goal |",
+        "|---|---|---|",
+        f"| `python -c pass` without the hook (median of {s['runs']}) | "
+        f"{s['without_ms']:.2f} ms | |",
+        f"| `python -c pass` with the .pth hook (median of {s['runs']}) | "
+        f"{s['with_ms']:.2f} ms | |",
+        f"| added start-up time (difference of medians) | {s['added_ms']:.2f} ms | "
+        f"< 2 ms {ok(s['added_ms'] < 2)} |",
+        f"| the hook's own import time (`-X importtime`, median) | "
+        f"{s['hook_import_ms']:.3f} ms | < 2 ms {ok(s['hook_import_ms'] < 2)} |",
+        f"| description size | {d['keys']:,} keys | ~150k |",
+        f"| fallback decision, {d['layers']} MoE layers (cold, builds the index) | "
+        f"{d['patch_s'] * 1e3:.1f} ms | |",
+        f"| preflight's raising variant, {d['layers']} layers | "
+        f"{d['preflight_s'] * 1e3:.1f} ms | |",
+        f"| MTP all-FLOAT question | {d['mtp_s'] * 1e3:.1f} ms | |",
+        f"| decision time in total | {d['total_s'] * 1e3:.1f} ms | < 1 s {ok(d['total_s'] < 1)} |",
+        "",
+        "The start-up difference is measured with subprocesses on a shared machine; the "
+        "import-time figure is the hook's own cost without process-start noise.",
+        *traffic_report(traffic(), traffic_check()),
+    ]
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run("patches", report))

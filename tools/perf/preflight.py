@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fixtures.checkpoints import write_checkpoint
 from qwen_npu.preflight import Options, run_preflight
-from tools.perf.report import write_report
+from tools.perf.report import run
 
 RUNS = int(os.environ.get("PERF_PREFLIGHT_RUNS", "5"))
 GOAL_S = 1.0
@@ -29,8 +29,7 @@ def _row(measure: str, times: list[float], goal: bool = True) -> str:
     return f"| {measure} | {median:.3f} | {min(times):.3f} | {max(times):.3f} | {met} |"
 
 
-def main() -> int:
-    out = Path(os.environ.get("PERF_OUT", "out/perf")) / "preflight.md"
+def report() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         # Shards as real safetensors headers over sparse data areas (no disk space used); a bf16 SSM
         # state, as the chart runs it (a float32 one is refused on the default 910B chip).
@@ -62,8 +61,7 @@ def main() -> int:
             )
             cli.append(time.perf_counter() - start)
             if proc.returncode != 0:
-                print(proc.stderr.decode(), file=sys.stderr)
-                return 1
+                sys.exit(proc.stderr.decode())
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     cores = os.cpu_count()
     lines = [
@@ -82,8 +80,8 @@ def main() -> int:
         "Command: `make perf-preflight` (PERF_PREFLIGHT_RUNS=N to change the number of runs).",
         "",
     ]
-    return write_report(out, lines)
+    return lines
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run("preflight", report))

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -25,7 +24,7 @@ import httpx
 from qwen_npu import processes
 from qwen_npu.processes import free_port
 from qwen_npu.sim.testing import running_sim
-from tools.perf.report import write_report
+from tools.perf.report import run
 
 GOAL_P99_MS = 5.0
 GOAL_RSS_MB = 80.0
@@ -80,17 +79,13 @@ class Latency:
     lag_ms: float  # the latest any request left compared to its schedule (client overload)
 
 
+@dataclass
 class _Conn:
     """One keep-alive HTTP/1.1 connection on raw streams: httpx's millisecond of CPU per request
     would be measured as server latency on a shared two-core machine."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, host: str, port: int) -> _Conn:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer)
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
 
     async def get(self, request: bytes) -> int:
         self.writer.write(request)
@@ -123,14 +118,14 @@ async def open_loop(base: str, path: str, rate: float, seconds: float) -> Latenc
     latencies: list[float] = []
     errors = 0
     total = int(rate * seconds)
-    idle: list[_Conn] = [await _Conn.open(host, port) for _ in range(8)]
+    idle: list[_Conn] = [_Conn(*await asyncio.open_connection(host, port)) for _ in range(8)]
     for conn in idle:  # warm the connections and the route
         await conn.get(request)
 
     async def one() -> None:
         nonlocal errors
         reused = bool(idle)
-        conn = idle.pop() if idle else await _Conn.open(host, port)
+        conn = idle.pop() if idle else _Conn(*await asyncio.open_connection(host, port))
         t0 = time.perf_counter()
         try:
             try:
@@ -141,7 +136,7 @@ async def open_loop(base: str, path: str, rate: float, seconds: float) -> Latenc
                 # The server closed an idle keep-alive connection (uvicorn: after 5 s); like any
                 # HTTP client, retry once on a new one. The latency still counts from t0.
                 conn.close()
-                conn = await _Conn.open(host, port)
+                conn = _Conn(*await asyncio.open_connection(host, port))
                 status = await conn.get(request)
         except (OSError, asyncio.IncompleteReadError, ValueError):
             errors += 1
@@ -239,8 +234,9 @@ def render(
     return "\n".join(lines)
 
 
-async def measure(rate: float, metrics_rate: float, seconds: float, hours: float) -> str:
+async def measure() -> str:
     t0 = time.monotonic()
+    seconds, hours = 15.0, 4.0  # of open loop per endpoint; hour-equivalents of scrapes
     sim_cfg: dict[str, Any] = {
         "health_check_poll_s": 0.02, "ttft_ms": 1, "itl_ms": 1, "accept_length": 3.0,
     }  # fmt: skip
@@ -253,8 +249,8 @@ async def measure(rate: float, metrics_rate: float, seconds: float, hours: float
         with sidecar_process(sim, {}) as (base, _):
             before = os.getloadavg()[0]
             latencies = [
-                await open_loop(base, "/readyz", rate, seconds),
-                await open_loop(base, "/metrics", metrics_rate, seconds),
+                await open_loop(base, "/readyz", 200.0, seconds),
+                await open_loop(base, "/metrics", 20.0, seconds),
             ]
             load = f"{before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (1 min)"
         with sidecar_process(sim, fast) as (base, pid):
@@ -262,17 +258,5 @@ async def measure(rate: float, metrics_rate: float, seconds: float, hours: float
     return render(latencies, memory, hours, time.monotonic() - t0, load)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.perf.sidecar")
-    p.add_argument("--rate", type=float, default=200.0, help="/readyz requests/s")
-    p.add_argument("--metrics-rate", type=float, default=20.0, help="/metrics requests/s")
-    p.add_argument("--seconds", type=float, default=15.0, help="seconds per endpoint")
-    p.add_argument("--hours", type=float, default=4.0, help="hour-equivalents of scrapes")
-    p.add_argument("--out", type=Path, default=Path("out/perf/sidecar.md"))
-    args = p.parse_args(argv)
-    report = asyncio.run(measure(args.rate, args.metrics_rate, args.seconds, args.hours))
-    return write_report(args.out, [report])
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run("sidecar", lambda: [asyncio.run(measure())]))

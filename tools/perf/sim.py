@@ -7,12 +7,10 @@ What it measures and why: docs/simulator.md ("Fidelity and capacity", "Calibrati
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import statistics
-import sys
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -25,6 +23,7 @@ from qwen_npu.sim import timing
 from qwen_npu.sim.clock import new_loop, ready_at
 from qwen_npu.sim.config import SimConfig, build
 from qwen_npu.sim.testing import running_sim, running_sim_process
+from tools.perf.report import parse_metrics, run, total
 
 
 def cpu_seconds(pid: int) -> float:
@@ -175,14 +174,11 @@ def _ms(xs: list[float]) -> float:
 def server_ttft(url: str) -> tuple[float, float]:
     """(sum, count) of the simulator's own streaming TTFT histogram."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out = [0.0, 0.0]
-    for line in text.splitlines():
-        for i, suffix in enumerate(("_sum{", "_count{")):
-            head = "sglang:time_to_first_token_seconds" + suffix
-            if line.startswith(head) and 'is_streaming="true"' in line:
-                out[i] += float(line.rsplit(" ", 1)[1])
-    return out[0], out[1]
+        m = parse_metrics(resp.read().decode())
+    name = "sglang:time_to_first_token_seconds"
+    return total(m, name + "_sum", is_streaming="true"), total(
+        m, name + "_count", is_streaming="true"
+    )
 
 
 def fidelity(ttft_ms: float, itl_ms: float, concs: list[int], per_conc: int) -> list[str]:
@@ -313,7 +309,7 @@ def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int
     return lines
 
 
-def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> str:
+def capacity(conc: int, itl_ms: float, accept: float | None) -> str:
     """One table row: the streamed tokens/s the simulator sustains on its core, and how late."""
     cfg: dict[str, Any] = {"ttft_ms": 5, "itl_ms": itl_ms, "max_running_requests": conc}
     if accept:
@@ -321,7 +317,7 @@ def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> st
     with running_sim_process(**cfg) as (url, proc):
         measure(url, 4, 8, 16, 16)
         cpu0 = cpu_seconds(proc.pid)
-        res, dur = measure(url, conc, conc * 3, 16, out_len)
+        res, dur = measure(url, conc, conc * 3, 16, 200)
         cpu = cpu_seconds(proc.pid) - cpu0
         with urllib.request.urlopen(url + "/sim/stats", timeout=10) as resp:
             stats = json.loads(resp.read())
@@ -335,26 +331,10 @@ def capacity(conc: int, itl_ms: float, out_len: int, accept: float | None) -> st
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.perf.sim")
-    ap.add_argument("--out", default="out/perf/sim.md")
-    ap.add_argument("--ttft-ms", type=float, default=50.0)
-    ap.add_argument("--itl-ms", type=float, default=10.0)
-    ap.add_argument("--per-conc", type=int, default=64, help="requests per concurrency level")
-    ap.add_argument("--quick", action="store_true", help="fewer requests (development)")
-    ap.add_argument(
-        "--calibration-only", action="store_true", help="only the calibration table (about 3 min)"
-    )
-    args = ap.parse_args(argv)
-    per = 16 if args.quick else args.per_conc
-    concs = [1, 5, 10]
-    prompts = {1: 4, 5: 10, 10: 20} if args.quick else {1: 10, 5: 30, 10: 50}
-    calib = calibration(concs, prompts, list(range(1, 33)))
-    if args.calibration_only:
-        return _write(args.out, "\n".join(["# qwen-npu sim: calibration", *calib]) + "\n")
-    rows = fidelity(args.ttft_ms, args.itl_ms, [1, 10, 64], per)
-    out_len = 60 if args.quick else 200
-    caps = [capacity(224, 10.0, out_len, None), capacity(96, 10.0, out_len, 2.5)]
+def report() -> list[str]:
+    calib = calibration([1, 5, 10], {1: 10, 5: 30, 10: 50}, list(range(1, 33)))
+    rows = fidelity(50.0, 10.0, [1, 10, 64], 64)
+    caps = [capacity(224, 10.0, None), capacity(96, 10.0, 2.5)]
     lines = [  # measured when the runs are over: the load average is the end's
         "# qwen-npu sim: timing fidelity and capacity",
         "",
@@ -381,16 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *caps,
     ]
-    return _write(args.out, "\n".join(lines + calib) + "\n")
-
-
-def _write(path: str, text: str) -> int:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    sys.stdout.write(text)
-    return 0
+    return [*lines, *calib, ""]
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run("sim", report))

@@ -8,6 +8,7 @@ a line. The exit codes are here (docs/cli.md: the table). Stdlib only (the engin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import math
@@ -15,6 +16,7 @@ import os
 import select
 import sys
 import tempfile
+import traceback
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +40,6 @@ def error_line(prog: str, message: str) -> str:
 
 
 def fail(prog: str, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    """Print ``error_line`` on stderr and return ``code``."""
     print(error_line(prog, message), file=sys.stderr, flush=True)
     return code
 
@@ -99,8 +100,7 @@ unit_interval = Number(float, low=0, high=1, what="a number from 0 to 1")
 
 
 def float_between(low: float, high: float, low_open: bool = False) -> Number:
-    side = "above" if low_open else "from"
-    what = f"a number {side} {low} to {high}"
+    what = f"a number {'above' if low_open else 'from'} {low} to {high}"
     return Number(float, low=low, low_open=low_open, high=high, what=what)
 
 
@@ -166,12 +166,7 @@ def _flag_for(path: str, argv: Sequence[str]) -> str | None:
 def _file_in_traceback(exc: BaseException) -> str | None:
     """The innermost existing file a frame of the traceback held: the file a decoder was reading
     when it failed, which its exception does not name."""
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    for frame in reversed(frames):
+    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
         for value in frame.f_locals.values():
             if isinstance(value, Path) or (
                 isinstance(value, str) and 0 < len(value) < 4096 and os.sep in value
@@ -214,73 +209,41 @@ def describe(exc: BaseException, argv: Sequence[str]) -> tuple[str, int] | None:
     import ssl
 
     yaml = sys.modules.get("yaml")  # never imported here: only a verb that read YAML has it
+    said = None
     if yaml is not None and isinstance(exc, yaml.YAMLError):
         mark = getattr(exc, "problem_mark", None)
         name = getattr(mark, "name", None)
         path = name if name and not name.startswith("<") else _file_in_traceback(exc)
         at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return f"{_where(path, argv)}: not valid YAML ({problem}{at}); fix the file", EXIT_BAD_INPUT
-    if isinstance(exc, json.JSONDecodeError):
-        where = _where(_file_in_traceback(exc), argv)
-        at = f"line {exc.lineno} column {exc.colno}"
-        return f"{where}: not valid JSON ({exc.msg} at {at}); fix the file", EXIT_BAD_INPUT
-    if isinstance(exc, UnicodeDecodeError):
-        where = _where(_file_in_traceback(exc), argv)
-        return (
-            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); pass a UTF-8 text file",
-            EXIT_BAD_INPUT,
-        )
-    if isinstance(exc, UnicodeError):
-        return (
-            f"cannot encode a text ({exc}); run under a UTF-8 locale (LANG=C.UTF-8)",
-            EXIT_BAD_INPUT,
-        )
-    if isinstance(exc, ssl.SSLError):
-        reason = exc.reason or exc.strerror or str(exc)
+        said = f"{_where(path, argv)}: not valid YAML ({problem}{at}); fix the file"
+    elif isinstance(exc, json.JSONDecodeError):
+        at = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        said = f"{_where(_file_in_traceback(exc), argv)}: not valid JSON ({at}); fix the file"
+    elif isinstance(exc, UnicodeDecodeError):
+        at = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        said = f"{_where(_file_in_traceback(exc), argv)}: {at}; pass a UTF-8 text file"
+    elif isinstance(exc, UnicodeError):
+        said = f"cannot encode a text ({exc}); run under a UTF-8 locale (LANG=C.UTF-8)"
+    elif isinstance(exc, ssl.SSLError):
         bundles = [a for a in argv if a.split("=")[0] in ("--ca-bundle", "--cacert", "--ca")]
         given = f" with {bundles[0]}" if bundles else ""
-        return (
-            f"TLS failed{given} ({reason}); pass a PEM bundle holding the server's CA "
-            "(--ca-bundle FILE: one or more -----BEGIN CERTIFICATE----- blocks)",
-            EXIT_BAD_INPUT,
+        said = (
+            f"TLS failed{given} ({exc.reason or exc.strerror or exc}); pass a PEM bundle holding "
+            "the server's CA (--ca-bundle FILE: one or more -----BEGIN CERTIFICATE----- blocks)"
         )
-    if isinstance(exc, OSError):
-        code = errno.errorcode.get(exc.errno or 0, "")
-        why = _PATH_ERRORS.get(code, exc.strerror or str(exc))
-        exit_code = EXIT_NO_SPACE if code in ("ENOSPC", "EDQUOT") else EXIT_BAD_INPUT
-        if exc.filename is not None:
-            return f"{_where(os.fsdecode(exc.filename), argv)}: {why}", exit_code
-        cause = getattr(exc, "reason", None)  # urllib's URLError
-        if isinstance(exc, ConnectionError | TimeoutError) or cause is not None:
-            return (
-                f"cannot reach the target ({cause or exc.strerror or exc}); check the URL and "
-                "that it is up",
-                EXIT_FAILED,
-            )
-        return f"{exc.strerror or exc}", exit_code
-    return None
-
-
-def _stdout_closed() -> bool:
-    """Whether stdout is a pipe whose reader has gone."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return True  # a captured stdout: the pipe that broke was the one written to
-    poll = select.poll()
-    poll.register(fd, select.POLLOUT)
-    return any(event & select.POLLERR for _, event in poll.poll(0))
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's last flush does not fail again (Python's
-    recipe for SIGPIPE)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (AttributeError, OSError, ValueError):
-        pass
+    if said is not None or not isinstance(exc, OSError):
+        return None if said is None else (said, EXIT_BAD_INPUT)
+    code = errno.errorcode.get(exc.errno or 0, "")
+    why = _PATH_ERRORS.get(code, exc.strerror or str(exc))
+    exit_code = EXIT_NO_SPACE if code in ("ENOSPC", "EDQUOT") else EXIT_BAD_INPUT
+    if exc.filename is not None:
+        return f"{_where(os.fsdecode(exc.filename), argv)}: {why}", exit_code
+    cause = getattr(exc, "reason", None)  # urllib's URLError
+    if isinstance(exc, ConnectionError | TimeoutError) or cause is not None:
+        why = f"cannot reach the target ({cause or exc.strerror or exc})"
+        return f"{why}; check the URL and that it is up", EXIT_FAILED
+    return f"{exc.strerror or exc}", exit_code
 
 
 def run_verb(prog: str, entry: Callable[[list[str]], int | None], argv: list[str]) -> int:
@@ -298,8 +261,15 @@ def run_verb(prog: str, entry: Callable[[list[str]], int | None], argv: list[str
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError as exc:
-        if _stdout_closed():
-            _quiet_stdout()
+        try:  # is stdout a pipe whose reader has gone? (a captured one has no fileno: it is)
+            poll = select.poll()
+            poll.register(sys.stdout.fileno(), select.POLLOUT)
+            closed = any(event & select.POLLERR for _, event in poll.poll(0))
+        except (AttributeError, OSError, ValueError):
+            closed = True
+        if closed:  # stdout to /dev/null: the interpreter's last flush must not fail again
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_BROKEN_PIPE
         return fail(prog, f"a connection closed under it ({exc}); try again", EXIT_FAILED)
     except Exception as exc:
@@ -336,13 +306,10 @@ def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | No
             low, low_open = limit.gt, True
         if getattr(limit, "le", None) is not None:
             high = limit.le
-    kind_word = "an integer" if kind is int else "a finite number"
-    bounds = []
-    if low is not None:
-        bounds.append(f"{'above' if low_open else 'at least'} {low:g}")
-    if high is not None:
-        bounds.append(f"at most {high:g}")
-    what = kind_word + (" " + " and ".join(bounds) if bounds else "")
+    bounds = [f"{'above' if low_open else 'at least'} {low:g}"] if low is not None else []
+    bounds += [f"at most {high:g}"] if high is not None else []
+    what = "an integer" if kind is int else "a finite number"
+    what += " " + " and ".join(bounds) if bounds else ""
     return Number(kind, low=low, low_open=low_open, high=high, what=what, passes=none_words)
 
 

@@ -60,14 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("dest", metavar="DEST", type=output_dir, help="becomes a link to the revision")
-    p.add_argument("--revision", default=None, help="branch, tag or commit (overrides @revision)")
+    p.add_argument("--revision", help="branch, tag or commit (overrides @revision)")
     tp = p.add_mutually_exclusive_group()
-    tp.add_argument("--tp", type=positive_int, default=None, help="preflight's TP size")
+    tp.add_argument("--tp", type=positive_int, help="preflight's TP size")
     tp.add_argument(
         "--profile",
         type=Path,
         metavar="FILE",
-        default=None,
         help="a chart profile (helm/qwen-npu/profiles/<name>.yaml): preflight judges the engine "
         "the chart deploys from it (TP, SSM dtype, MTP); without it, the chart's default engine",
     )
@@ -84,9 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-hash a complete DEST instead of trusting its manifest's sizes",
     )
-    p.add_argument(
-        "--ca-bundle", metavar="FILE", default=None, help="a PEM bundle for a mirror's private CA"
-    )
+    p.add_argument("--ca-bundle", metavar="FILE", help="a PEM bundle for a mirror's private CA")
     return p
 
 
@@ -94,8 +91,8 @@ def _dest_parser(verb: str, description: str, source_help: str) -> argparse.Argu
     """``wait`` and ``verify``: DEST, the SOURCE and revision it must hold, sizes only."""
     p = OneLineParser(prog=f"{PROG} {verb}", description=description)
     p.add_argument("dest", metavar="DEST", type=Path)
-    p.add_argument("--source", required=verb == "wait", default=None, help=source_help)
-    p.add_argument("--revision", default=None)
+    p.add_argument("--source", required=verb == "wait", help=source_help)
+    p.add_argument("--revision")
     p.add_argument("--sizes-only", action="store_true", help="skip the sha256 re-check")
     return p
 
@@ -132,15 +129,12 @@ def _preflight(dest: Path, options: Options, judged: str) -> int:
     try:
         report = run_preflight(dest, options)
     except InputError as exc:
-        log(
-            "error",
-            "preflight",
-            verdict="bad_input",
-            error=exc,
-            next="the fetched files are not a checkpoint preflight reads: check SOURCE",
-        )
+        why = "the fetched files are not a checkpoint preflight reads: check SOURCE"
+        log("error", "preflight", verdict="bad_input", error=exc, next=why)
         return 1
-    first = report.blocking[0].message if report.blocking else None
+    next_ = f"run: qwen-npu preflight {dest} --tp {report.tp} (the table says why)"
+    if judged == DEFAULT_JUDGED:
+        next_ += "; --profile judges a chart profile's engine"
     log(
         "info" if report.exit_code == 0 else "error",
         "preflight",
@@ -151,11 +145,8 @@ def _preflight(dest: Path, options: Options, judged: str) -> int:
         mtp=options.mtp,
         judged=judged,
         blocking=len(report.blocking),
-        first=first,
-        next="ready to serve"
-        if report.exit_code == 0
-        else f"run: qwen-npu preflight {dest} --tp {report.tp} (the table says why)"
-        + ("" if judged != DEFAULT_JUDGED else "; --profile judges a chart profile's engine"),
+        first=report.blocking[0].message if report.blocking else None,
+        next=next_ if report.exit_code else "ready to serve",
     )
     return report.exit_code
 

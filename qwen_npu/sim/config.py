@@ -54,9 +54,13 @@ def _f(default: Any, help_: str, **limits: Any) -> Any:
     return Field(default, description=help_, **limits)
 
 
-#: A duration or price: a finite number >= 0.
-_AT_LEAST_0: dict[str, Any] = {"ge": 0, "allow_inf_nan": False}
-_FRACTION: dict[str, Any] = {"ge": 0, "le": 1}
+def _cost(default: float | None, help_: str) -> Any:
+    """A duration or price: a finite number >= 0."""
+    return Field(default, description=help_, ge=0, allow_inf_nan=False)
+
+
+def _fraction(default: float | None, help_: str) -> Any:
+    return Field(default, description=help_, ge=0, le=1)
 
 
 class SimConfig(BaseSettings):
@@ -79,10 +83,8 @@ class SimConfig(BaseSettings):
         "info", "debug, info, warning or error"
     )
     # Timing: prefill
-    ttft_ms: float = _f(
-        50.0, "time to first token of an unqueued request, before prompt cost", **_AT_LEAST_0
-    )
-    prefill_ms_per_1k_tokens: float = _f(0.0, "TTFT added per 1000 prompt tokens", **_AT_LEAST_0)
+    ttft_ms: float = _cost(50.0, "time to first token of an unqueued request, before prompt cost")
+    prefill_ms_per_1k_tokens: float = _cost(0.0, "TTFT added per 1000 prompt tokens")
     prefill_serial: bool = _f(
         False, "prefills run one batch at a time, so TTFT grows with arrivals"
     )
@@ -96,24 +98,18 @@ class SimConfig(BaseSettings):
         gt=0,
         allow_inf_nan=False,
     )
-    itl_ms_per_running_req: float = _f(
-        0.0, "decode step time added per running request beyond 1", **_AT_LEAST_0
+    itl_ms_per_running_req: float = _cost(
+        0.0, "decode step time added per running request beyond 1"
     )
-    step_fixed_ms: float | None = _f(
-        None,
-        "fixed part of one engine step; when set, steps are priced per token (not itl-ms)",
-        **_AT_LEAST_0,
+    step_fixed_ms: float | None = _cost(
+        None, "fixed part of one engine step; when set, steps are priced per token (not itl-ms)"
     )
-    step_ms_per_token: float = _f(
-        0.0, "step time per token in the batch (with step-fixed-ms)", **_AT_LEAST_0
-    )
-    draft_step_ms: float = _f(
-        0.0, "draft model's cost per draft step (with step-fixed-ms)", **_AT_LEAST_0
-    )
+    step_ms_per_token: float = _cost(0.0, "step time per token in the batch (with step-fixed-ms)")
+    draft_step_ms: float = _cost(0.0, "draft model's cost per draft step (with step-fixed-ms)")
     max_running_requests: int = _f(64, "requests decoded at once; the rest wait in the queue", ge=1)
     max_queued_requests: int = _f(4096, "queue bound; beyond it /generate answers 503", ge=0)
-    startup_delay_s: float = _f(
-        0.0, "seconds of 503 from /health, /ready and /generate at start", **_AT_LEAST_0
+    startup_delay_s: float = _cost(
+        0.0, "seconds of 503 from /health, /ready and /generate at start"
     )
     health_check_timeout_s: float = _f(
         20.0, "/health is 503 when its 1-token generate is late", gt=0
@@ -135,10 +131,10 @@ class SimConfig(BaseSettings):
     speculative_num_draft_tokens: int = _f(
         4, "tokens per request in a verify step (topk > 1)", ge=1
     )
-    accept_rate: float | None = _f(
-        None, "chance the first draft token is accepted (implies NEXTN when set)", **_FRACTION
+    accept_rate: float | None = _fraction(
+        None, "chance the first draft token is accepted (implies NEXTN when set)"
     )
-    accept_decay: float = _f(1.0, "accept-rate's factor per further draft position", **_FRACTION)
+    accept_decay: float = _fraction(1.0, "accept-rate's factor per further draft position")
     accept_length: float | None = _f(
         None, "mean tokens per verify step, 1..num-steps+1 (implies NEXTN; over accept-rate)", ge=1
     )
@@ -153,13 +149,11 @@ class SimConfig(BaseSettings):
     # Reported shape
     tp_size: int = _f(2, "reported in /server_info", ge=1)
     # Faults (also changeable at run time through PATCH /sim/faults)
-    error_rate: float = _f(0.0, "fraction of generate requests answered with HTTP 500", **_FRACTION)
+    error_rate: float = _fraction(0.0, "fraction of generate requests answered with HTTP 500")
     hang_health: bool = _f(False, "/health and /health_generate hang until cleared")
     hang_generate: bool = _f(False, "generation emits nothing until cleared")
-    crash_after_s: float = _f(
-        0.0, "exit 1 this many seconds after start (0 = never)", **_AT_LEAST_0
-    )
-    metrics_delay_s: float = _f(0.0, "/metrics answers this many seconds late", **_AT_LEAST_0)
+    crash_after_s: float = _cost(0.0, "exit 1 this many seconds after start (0 = never)")
+    metrics_delay_s: float = _cost(0.0, "/metrics answers this many seconds late")
     metrics_malformed: bool = _f(False, "/metrics returns text Prometheus rejects")
     garbled: bool = _f(False, "greedy output degenerates into repetition")
     garble_after_tokens: int = _f(8, "tokens of normal output before the repetition starts", ge=0)
@@ -299,9 +293,8 @@ def profile_path(name: str) -> Path:
     path = PROFILES_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(list_profiles()) or "none"
-        hint = (
-            "; a YAML file of your own goes to --config" if name.endswith((".yaml", ".yml")) else ""
-        )
+        own = name.endswith((".yaml", ".yml"))
+        hint = "; a YAML file of your own goes to --config" if own else ""
         raise ConfigError(f"profile {name!r}: not found; use one of: {known}{hint}")
     return path
 

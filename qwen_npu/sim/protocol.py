@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -50,24 +50,17 @@ def _int_list(value: Any, key: str) -> list[int]:
     return value
 
 
-def _sampling(sp: Any, cfg: SimConfig, max_key: str = "max_new_tokens") -> tuple[int, bool]:
+def _params(body: Any, sp: Any, key: str, prompt: list[int], cfg: SimConfig, rid: str) -> GenParams:
+    """The generation ``body`` asks for, its sampling parameters ``sp`` and prompt checked."""
     sp = {} if sp is None else sp
     if not isinstance(sp, dict):
         raise BadRequest("sampling_params must be a JSON object")
-    max_new = sp.get(max_key)
-    if max_new is None:
-        max_new = cfg.default_max_new_tokens
+    max_new = cfg.default_max_new_tokens if sp.get(key) is None else sp[key]
     if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 0:
-        raise BadRequest(f"{max_key} must be an integer >= 0, got {max_new!r}")
-    temp = sp.get("temperature", 1.0)
-    if temp is None:
-        temp = 1.0
+        raise BadRequest(f"{key} must be an integer >= 0, got {max_new!r}")
+    temp = 1.0 if sp.get("temperature") is None else sp["temperature"]
     if not isinstance(temp, int | float) or temp < 0:
         raise BadRequest(f"temperature must be a number >= 0, got {temp!r}")
-    return max_new, float(temp) < 1e-5
-
-
-def _check_len(prompt: list[int], max_new: int, cfg: SimConfig) -> None:
     if not prompt:
         raise BadRequest("the prompt is empty; send text or input_ids")
     if len(prompt) + max_new > cfg.context_length:
@@ -75,6 +68,10 @@ def _check_len(prompt: list[int], max_new: int, cfg: SimConfig) -> None:
             f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new}) exceeds the context "
             f"length {cfg.context_length}; shorten the request"
         )
+    opts = body.get("stream_options")  # OpenAI's; the native endpoint never reads it
+    usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    stream = bool(body.get("stream", False))
+    return GenParams(prompt, max_new, float(temp) < 1e-5, stream, rid, usage)
 
 
 def parse_generate(body: Any, cfg: SimConfig, rid: str) -> GenParams:
@@ -92,9 +89,7 @@ def parse_generate(body: Any, cfg: SimConfig, rid: str) -> GenParams:
         prompt = text_to_ids(text, cfg.vocab_size)
     else:
         prompt = _int_list(ids, "input_ids")
-    max_new, greedy = _sampling(body.get("sampling_params"), cfg)
-    _check_len(prompt, max_new, cfg)
-    return GenParams(prompt, max_new, greedy, bool(body.get("stream", False)), rid)
+    return _params(body, body.get("sampling_params"), "max_new_tokens", prompt, cfg, rid)
 
 
 def parse_openai(body: Any, cfg: SimConfig, rid: str, chat: bool) -> GenParams:
@@ -125,11 +120,7 @@ def parse_openai(body: Any, cfg: SimConfig, rid: str, chat: bool) -> GenParams:
         else:
             raise BadRequest("prompt must be a string or a list of token ids (one prompt)")
     key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-    max_new, greedy = _sampling(body, cfg, key)
-    _check_len(prompt, max_new, cfg)
-    opts = body.get("stream_options")
-    usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
-    return GenParams(prompt, max_new, greedy, bool(body.get("stream", False)), rid, usage)
+    return _params(body, body, key, prompt, cfg, rid)
 
 
 def spec_fields(emitted: int, verify_ct: int, num_steps: int) -> dict[str, Any]:
@@ -145,18 +136,19 @@ def spec_fields(emitted: int, verify_ct: int, num_steps: int) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
 class NativeStream:
     """Builds the SSE events of one native streaming /generate, text and ids so far in each."""
 
-    __slots__ = ("head", "ids_parts", "num_steps", "req", "rid", "text")
+    req: Request
+    rid: str
+    num_steps: int
+    text: str = ""
+    ids_parts: list[str] = field(default_factory=list)
+    head: str = field(init=False)
 
-    def __init__(self, req: Request, rid: str, num_steps: int) -> None:
-        self.req = req
-        self.num_steps = num_steps
-        self.rid = rid
-        self.text = ""
-        self.ids_parts: list[str] = []
-        self.head = json.dumps(rid)
+    def __post_init__(self) -> None:
+        self.head = json.dumps(self.rid)  # once: each event is plain string building
 
     def event(self, ch: Chunk) -> bytes:
         """The SSE event of one engine step: the text and ids up to that step."""
@@ -206,20 +198,18 @@ def _usage(req: Request) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
 class OpenAIStream:
     """Builds the OpenAI SSE events (completions or chat) of one streaming request."""
 
-    __slots__ = ("chat", "created", "model", "req", "rid", "sent", "started", "usage")
-
-    def __init__(self, req: Request, rid: str, model: str, chat: bool, usage: bool) -> None:
-        self.req = req
-        self.rid = rid
-        self.model = model
-        self.chat = chat
-        self.usage = usage
-        self.created = int(time.time())
-        self.sent = 0
-        self.started = False
+    req: Request
+    rid: str
+    model: str
+    chat: bool
+    usage: bool
+    created: int = field(default_factory=lambda: int(time.time()))
+    sent: int = 0
+    started: bool = False
 
     def _event(self, choices: list[dict[str, Any]], usage: Any = None) -> bytes:
         obj: dict[str, Any] = {

@@ -1,10 +1,8 @@
 """The simulated scheduler: a bounded running set, a queue, and one timer that drives every request.
 
-Deadlines are absolute on the loop's monotonic clock (a late wake-up never accumulates), priced by
-``timing``; each request keeps its own step phase, so measured TTFT and gaps equal the priced ones.
-The timer fires slightly early (epoll rounds sleeps up to the millisecond) and by a lead tracked
-from every streamed send, so a burst of due steps is centred on its deadline. The model:
-docs/simulator.md ("The timing model").
+Deadlines are absolute on the loop clock (a late wake-up never accumulates) and priced by
+``timing``; the timer fires early (epoll rounds sleeps up) by a lead tracked from streamed sends,
+so a burst of due steps is centred on its deadline. The model: docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -160,11 +158,8 @@ class Engine:
             self.abort(req, Aborted("the server is stopping"))
 
     def submit(self, req: Request, arrival: float | None = None) -> None:
-        """Admit now or queue; QueueFull when the queue is at its bound.
-
-        ``arrival`` is when the server received the request (loop clock), if known: TTFT counts
-        from there, as a real server's does, not from when this handler got its turn.
-        """
+        """Admit now or queue (QueueFull at the bound). TTFT counts from ``arrival``, when the
+        server received the request (loop clock), as a real server's does."""
         if self.stopping:
             self.abort(req, Aborted("the server is stopping"))
             return

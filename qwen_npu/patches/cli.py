@@ -246,19 +246,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             )
         )
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": not (bad or idle or unknown or broken),
-                    "strict": args.strict,
-                    "mode": None if mode is None else mode.as_dict(),
-                    "unused_problems": unused_names,
-                    "patches": rows,
-                    "gdn_contract": gdn_contract.as_json(contract),
-                },
-                indent=2,
-            )
-        )
+        out = {
+            "ok": not (bad or idle or unknown or broken),
+            "strict": args.strict,
+            "mode": None if mode is None else mode.as_dict(),
+            "unused_problems": unused_names,
+            "patches": rows,
+            "gdn_contract": gdn_contract.as_json(contract),
+        }
+        print(json.dumps(out, indent=2))
     else:
         _print_table(rows)
         if missing := _missing_stack(rows, contract):

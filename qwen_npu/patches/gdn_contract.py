@@ -61,7 +61,7 @@ class Pool:
 
 @dataclass
 class Sources:
-    """What the check reads. The defaults are the engine's; tests point them elsewhere."""
+    """What the check reads: the engine's by default."""
 
     sglang_dir: Path | None = field(default_factory=lambda: source.package_dir("sglang"))
     kernel_dir: Path | None = field(default_factory=lambda: source.package_dir("sgl_kernel_npu"))
@@ -159,18 +159,12 @@ def _order(tensor: Any) -> str | None:
     Labelled ``[..., V, K]``, the strides say it (``K, 1`` V-major, ``1, V`` K-major); labelled
     ``[..., K, V]`` (SGLang before #39589: a transpose view or a dense K-major tensor), K-major,
     since whatever indexes the pool through it reads and writes the state as ``[k][v]``."""
-    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
-    if shape[-2:] == (POOL_K, POOL_V):
-        dense_kv = strides[-1] == 1 and strides[-2] == POOL_V
-        transposed = strides[-2] == 1 and strides[-1] == POOL_K
-        return K_MAJOR if dense_kv or transposed else None
-    if shape[-2:] != (POOL_V, POOL_K):
-        return None
-    if strides[-1] == 1 and strides[-2] == POOL_K:
-        return V_MAJOR
-    if strides[-2] == 1 and strides[-1] == POOL_V:
-        return K_MAJOR
-    return None
+    return {
+        ((POOL_V, POOL_K), (POOL_K, 1)): V_MAJOR,
+        ((POOL_V, POOL_K), (1, POOL_V)): K_MAJOR,
+        ((POOL_K, POOL_V), (POOL_V, 1)): K_MAJOR,  # a dense K-major tensor
+        ((POOL_K, POOL_V), (1, POOL_K)): K_MAJOR,  # a transpose view
+    }.get((tuple(tensor.shape[-2:]), tuple(tensor.stride()[-2:])))
 
 
 def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
@@ -347,11 +341,8 @@ def ssm_dtype(sources: Sources, pool: Pool | None = None) -> Verdict:
     argv = sources.argv
     raw_chip = env.get(chips.ENV_CHIP, "")
     chip = chips.chip_from_env(env)
-    chip_note = (
-        f"chip {chip} ({chips.ENV_CHIP}={raw_chip!r})"
-        if raw_chip
-        else f"chip {chip} (the default: {chips.ENV_CHIP} unset)"
-    )
+    how = f"{chips.ENV_CHIP}={raw_chip!r}" if raw_chip else f"the default: {chips.ENV_CHIP} unset"
+    chip_note = f"chip {chip} ({how})"
     if raw_chip and chips.normalise(raw_chip) is None:
         return Verdict(
             UNKNOWN,

@@ -27,7 +27,6 @@ SCHEMA_VERSION = 1
 READY = "ready"
 READY_WITH_PATCHES = "ready_with_patches"
 WOULD_FAIL = "would_fail"
-EXIT_CODES = {READY: 0, READY_WITH_PATCHES: 0, WOULD_FAIL: 1}
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return 1 if self.blocking else 0
 
     @property
     def chosen(self) -> parallel.TpCheck:

@@ -1,10 +1,8 @@
 """``qwen-npu oncall <switch>``: status, mtp-off, mtp-on, patch-off, patch-on, rollback, engine.
 
-Each switch prints every command that changes or waits (``+ helm ...``, ready to paste), runs it,
-and stops at the first failure with one line naming what failed and the next step. A switch is one
-``helm upgrade --reuse-values --set ...`` (a revision a rollback undoes), then the engine's
-rollout, the serving pods' readiness and the sidecar's /readyz, asked from inside the sidecar
-container (Python, no curl). Under ``--via make`` (mk/oncall.mk) the messages name make targets.
+Why: at 3 a.m. a switch must be one command that shows each step ready to paste (``+ helm ...``),
+waits for the engine's readiness (the sidecar's /readyz, asked in its container: no curl) and stops
+at the first failure with the next step. Under ``--via make`` the messages name make targets.
 """
 
 from __future__ import annotations
@@ -28,16 +26,13 @@ SWITCHES = ("status", "mtp-off", "mtp-on", "patch-off", "patch-on", "rollback", 
 
 
 class Stop(Exception):
-    """A step failed: ``message`` is the one line to print, ``code`` the exit status."""
-
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.message, self.code = message, code
 
 
 def http_probe(url: str, label: str) -> str:
-    """Python for ``python3 -c`` in a container: GET ``url``, print ``<label> <code> <body>``, exit
-    non-zero unless 200 (code 0, one line, when nothing answers)."""
+    """Python for ``python3 -c``: print ``<label> <code> <body>`` of GET ``url``; exit 0 on 200."""
     return (
         "import sys, urllib.request as u; "
         f"sys.excepthook = lambda t, v, b: print({label!r}, 0, v); "
@@ -48,8 +43,7 @@ def http_probe(url: str, label: str) -> str:
 
 
 def router_workers_probe(url: str) -> str:
-    """Python for the router container: a line per worker of GET /workers and the totals; non-zero
-    when there is none or one is unhealthy."""
+    """Python for the router: a line per worker of GET /workers; exit 0 if all are healthy."""
     return (
         "import json, sys, urllib.request as u; "
         f"U = {url!r}; sys.excepthook = lambda t, v, b: print(U, v); "
@@ -62,12 +56,8 @@ def router_workers_probe(url: str) -> str:
     )
 
 
-# What a release is made of, read from its own manifest (``helm get manifest``): the chart names
-# objects after nameOverride, fullnameOverride and the release, and renders the engine as a
-# Deployment or a LeaderWorkerSet; rather than copy that rule, read what it rendered (the chart's
-# own YAML layout, checked by tests/oncall against helm renders). Selectors use only the labels
-# every engine pod carries whatever the overrides.
-
+# The engine's name depends on the chart's overrides: read it from the release's own manifest
+# rather than copy the chart's naming rule; selectors use only labels every engine pod carries.
 ENGINE_KINDS = ("Deployment", "LeaderWorkerSet")
 
 

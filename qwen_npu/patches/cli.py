@@ -118,7 +118,6 @@ def _cmd_verify_build(args: argparse.Namespace) -> int:
     return 1 if (args.strict and not report["ok"]) else 0
 
 
-#: What to do about a problem with a patch or link the engine's mode does not use.
 NEXT_UNUSED = (
     "the mode does not run this code, so the pod starts; fix it before switching mode "
     "(docs/runbook.md QwenNpuPatchNotApplied, docs/patches.md 'Strictness by mode')"
@@ -370,12 +369,8 @@ def _parser() -> argparse.ArgumentParser:
         ver.add_argument(flag, action="store_true", help=why)
     # Read by the GDN contract's ssm_dtype link (from the command line, as in the engine).
     ver.add_argument("--model-path", metavar="DIR", help="the checkpoint whose config.json to read")
-    ver.add_argument(
-        "--mamba-ssm-dtype", choices=model_config.SSM_DTYPES, help="the engine's --mamba-ssm-dtype"
-    )
-    ver.add_argument(
-        "--site", metavar="DIR", help="with --build: read SGLang's sources from this site-packages"
-    )
+    ver.add_argument("--mamba-ssm-dtype", choices=model_config.SSM_DTYPES, help="the engine's")
+    ver.add_argument("--site", metavar="DIR", help="with --build: SGLang's site-packages folder")
     ver.add_argument(
         "--engine-args",
         nargs=argparse.REMAINDER,

@@ -1,10 +1,7 @@
-"""``make perf-fetch``: what ``qwen-npu fetch`` costs on this machine, from local servers.
-
-Writes out/perf/fetch.md: per source (the test hub for hf:// and modelscope://, moto for s3://)
-throughput, CPU s/GB and peak RSS of one PERF_FETCH_GB file (PERF_FETCH_S3_GB for moto, which
-keeps objects in memory); a second run over the complete DEST; and ``fetch verify`` of a sparse
-35 GB-shaped checkpoint, sizes only and with sha256 (the hashing cost without the disk's reads).
-Each fetch is its own process, its CPU and RSS read through a small launcher (``os.wait4``).
+"""``make perf-fetch``: what ``qwen-npu fetch`` costs on this machine, from local servers (the
+test hub, moto): one PERF_FETCH_GB file per source (PERF_FETCH_S3_GB for moto, which keeps objects
+in memory), a second run over the complete DEST, and ``fetch verify`` of a sparse 35 GB-shaped
+checkpoint (the hashing cost without the disk's reads).
 """
 
 from __future__ import annotations
@@ -71,7 +68,6 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
 
 
 def _row(label: str, gb: float, wall: float, cpu: float, rss: int) -> str:
-    """One fetch's table row: throughput, CPU seconds per GB, peak RSS."""
     speed = gb * GB / MB / wall
     return f"| {label} | {gb:g} GB | {speed:.0f} MB/s | {cpu / gb:.2f} s | {rss / 2**20:.0f} MiB |"
 
@@ -99,8 +95,7 @@ def _s3_rows(tmp: Path, env: dict[str, str]) -> list[str]:
     # lazy: an extra's (pyproject.toml); the base install goes without
     import boto3
 
-    # moto runs in its own process: a child's peak RSS starts at its parent's (Linux carries the
-    # high-water mark over fork and exec), and moto holds every object in memory.
+    # moto in its own process: it holds every object in memory (and see _LAUNCHER)
     port = free_port()
     code = (
         "import time; from moto.server import ThreadedMotoServer as T; "

@@ -1,10 +1,8 @@
 """``make perf-loadtest``: both clients against an independent truth server; one process's capacity.
 
-Accuracy: ``qwen-npu bench`` and ``sglang.benchmark.serving`` alternate against
-fixtures/truth_server.py (no simulator code), which logs when it received each request and emitted
-its tokens; a run's error is the client's mean minus the server's own over the same requests, a
-verdict only where the tools' ranges over the repeats do not overlap. Capacity: one locust process
-against the simulator, concurrency rising until the timings drift. The report says the load.
+The truth server (fixtures/truth_server.py, no simulator code) logs when it received each request
+and emitted its tokens: a run's error is the client's mean minus the server's own over the same
+requests. Capacity: one locust process on the simulator, concurrency rising until timings drift.
 """
 
 from __future__ import annotations
@@ -60,7 +58,6 @@ def sglang(url: str, conc: int, num: int, tok: Path, out: Path) -> dict[str, Any
 
 
 def _children_cpu_s() -> float:
-    """CPU seconds of this process's finished children so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 

@@ -35,14 +35,7 @@ def _venv(root: Path, with_hook: bool) -> Path:
         check=True,
     )
     python = root / "bin" / "python"
-    site_dir = Path(
-        subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
+    site_dir = root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     if with_hook:
         shutil.copytree(
             REPO / "qwen_npu", site_dir / "qwen_npu", ignore=shutil.ignore_patterns("__pycache__")

@@ -217,21 +217,11 @@ class LoopFigures(NamedTuple):
     requests: int
 
 
-def profile_config(profile: str) -> SimConfig:
-    return build(profile=profile, env={})[0]
-
-
 def closed_loop(
-    profile: str,
-    conc: int,
-    num: int,
-    *,
-    scale: float = 1.0,
-    url: str | None = None,
+    profile: str, conc: int, num: int, *, scale: float = 1.0, url: str | None = None
 ) -> LoopFigures:
-    """Run ``num`` requests (1024 in / 100 out) from ``conc`` clients against ``profile`` with every
-    simulated duration times ``scale``, and report the figures at scale 1; ``url``: a simulator of
-    that profile and scale already running (else one is started)."""
+    """``num`` requests (1024 in / 100 out) from ``conc`` clients against ``profile``, durations
+    times ``scale``, figures at scale 1; ``url``: one already running (else one starts)."""
     lens = (timing.DEFAULT_INPUT_LEN, timing.DEFAULT_OUTPUT_LEN)
     with nullcontext(url) if url else running_sim(**scaled_flags(profile, scale)) as base:
         res, dur = measure(base, conc, num, *lens)
@@ -245,7 +235,7 @@ def closed_loop(
 
 def scaled_flags(profile: str, scale: float) -> dict[str, Any]:
     """running_sim keywords: the profile, ready at once, its durations times ``scale``."""
-    cfg = profile_config(profile)
+    cfg = build(profile=profile, env={})[0]
     flags: dict[str, Any] = {"profile": profile, "startup_delay_s": 0}
     for key in TIME_KEYS:
         value = getattr(cfg, key)
@@ -264,7 +254,7 @@ def _row(c: int, requests: int, *sources: Sequence[float], extra: str = "") -> s
 
 def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int]) -> list[str]:
     """Upstream vs paper vs measured at each concurrency, MTP on (and MTP off beside it)."""
-    on, off = profile_config(MTP_PROFILE), profile_config(NOMTP_PROFILE)
+    on, off = (build(profile=p, env={})[0] for p in (MTP_PROFILE, NOMTP_PROFILE))
     measured: dict[str, dict[int, LoopFigures]] = {}
     for name in (MTP_PROFILE, NOMTP_PROFILE):
         with running_sim(**scaled_flags(name, 1.0)) as url:
@@ -312,9 +302,7 @@ def calibration(concs: list[int], prompts: dict[int, int], concs_paper: list[int
 def capacity(conc: int, itl_ms: float, accept: float | None) -> str:
     """One table row: the streamed tokens/s the simulator sustains on its core, and how late."""
     cfg: dict[str, Any] = {"ttft_ms": 5, "itl_ms": itl_ms, "max_running_requests": conc}
-    if accept:
-        cfg["accept_length"] = accept
-    with running_sim_process(**cfg) as (url, proc):
+    with running_sim_process(**cfg, accept_length=accept) as (url, proc):
         measure(url, 4, 8, 16, 16)
         cpu0 = cpu_seconds(proc.pid)
         res, dur = measure(url, conc, conc * 3, 16, 200)

@@ -1,13 +1,8 @@
-"""The live half of the autoscaling proof (``make autoscaling``): real Prometheus, two simulator
-replicas, the bench.
-
-Why apart from autoscaling_model.py: the model is arithmetic unit tests drive; this owns the
-processes. ``run_proof`` renders the chart's ScaledObject, starts two ``qwen-npu sim`` replicas (a
-small ``max-running-requests`` so load queues) and Prometheus scraping both every second under the
-ServiceMonitor's labels, and for each phase of ``PHASES`` runs ``qwen-npu bench`` against each.
+"""The live half of the autoscaling proof (``make autoscaling``): real Prometheus scraping two
+simulator replicas under the ServiceMonitor's labels, loaded by ``qwen-npu bench`` phase by phase.
 Every poll waits for events (fresh scrapes, the load queued, the queue drained), never for a fixed
-time, then evaluates the rendered trigger queries and feeds ``Hpa`` at the next KEDA poll time
-(virtual: ``pollingInterval`` apart, so production-sized windows need no real minutes).
+time; the rendered trigger queries' answers feed ``Hpa`` at virtual KEDA poll times
+(``pollingInterval`` apart, so production-sized windows need no real minutes).
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from qwen_npu import processes
 from qwen_npu.sim.testing import running_sim
 from tools import chart
 from tools.paths import OUT
+from tools.perf.report import write_report
 from tools.proofs.autoscaling_model import PHASES, PROOF_VALUES, Hpa, Row, Scaler, table
 
 MAX_RUNNING = 2
@@ -167,15 +163,10 @@ def run_proof(work: Path) -> tuple[list[Row], Scaler]:
 def main() -> int:
     """`make autoscaling`: run the live proof and write its table to out/perf/autoscaling.md."""
     rows, scaler = run_proof(OUT / "perf" / "autoscaling-work")
-    text = table(rows, scaler)
-    out = OUT / "perf" / "autoscaling.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        "# KEDA's decisions on the engine's own signals (make autoscaling)\n\n"
-        f"Scaler: {scaler}\n\n" + text
+    title = "# KEDA's decisions on the engine's own signals (make autoscaling)"
+    return write_report(
+        OUT / "perf" / "autoscaling.md", [title, "", f"Scaler: {scaler}", "", table(rows, scaler)]
     )
-    sys.stdout.write(text)
-    return 0
 
 
 if __name__ == "__main__":

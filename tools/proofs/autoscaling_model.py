@@ -106,11 +106,7 @@ class Hpa:
         self._recommendations.append((now, wanted))
         up = min(r for t, r in self._recommendations if t > now - s.up.window_s or t == now)
         down = max(r for t, r in self._recommendations if t > now - s.down.window_s or t == now)
-        target = self.replicas
-        if target < up:
-            target = up
-        if target > down:
-            target = down
+        target = min(max(self.replicas, up), down)
         if target > self.replicas:
             added = sum(n for t, n in self._events if n > 0 and t > now - s.up.period_s)
             target = min(target, self.replicas + max(0, s.up.pods - added))
@@ -125,8 +121,6 @@ class Hpa:
         self._recommendations = [(t, r) for t, r in self._recommendations if t > now - keep]
         return target
 
-
-# --------------------------------------------------------------------------- the live proof
 
 #: (phase, bench concurrency per replica (0 = no load), polls): rising and falling load, with a
 #: one-scrape spike first. The polls of a phase are consecutive KEDA polls (virtual time).

@@ -1,12 +1,9 @@
 """``make failover``: the real router in front of simulator replicas, under load, through failures.
 
-Why: on-call's worst night is a rollout or a crashed replica dropping users' requests. This runs the
-pinned sglang-router with the command line the chart renders for it, in front of ``qwen-npu sim``
-replicas (each with its sidecar), under ``qwen-npu bench``'s runner at CONC closed-loop streams,
-through four scenarios: ``rolling`` (every replica replaced through the chart's drain sequence),
-``kill`` (SIGKILL of one replica), ``hang`` (a replica hangs; once ejected it is killed, as its
-liveness probe would have it) and ``loading`` (a replica still loading joins). It writes
-out/perf/failover.md and .jsonl; the router is $QWEN_NPU_ROUTER_BIN (``make router-venv``).
+Why: on-call's worst night is a rollout or a crashed replica dropping users' requests. The pinned
+sglang-router runs the command line the chart renders for it in front of ``qwen-npu sim`` replicas
+(each with its sidecar) under ``qwen-npu bench``'s runner, through the scenarios of ``EVENTS``; the
+router is $QWEN_NPU_ROUTER_BIN (``make router-venv``).
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,11 +32,12 @@ from fixtures.tokenizer import build_tokenizer
 from qwen_npu import processes
 from tools import chart
 from tools.paths import REPO
+from tools.perf import report
+from tools.perf.report import Metrics, parse_metrics, total
 from tools.versions import read_versions
 
 ROUTER_BIN_ENV = "QWEN_NPU_ROUTER_BIN"
 DEFAULT_ROUTER_BIN = REPO / ".venv-router" / "bin" / "smg"
-Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class FailoverError(RuntimeError):
@@ -175,30 +174,6 @@ def call(method: str, url: str, body: Any = None) -> None:
     httpx.request(method, url, json=body, timeout=5.0).raise_for_status()
 
 
-def parse_metrics(text: str) -> Metrics:
-    """Prometheus text as {(name, sorted labels): value}."""
-    # lazy: an extra's (pyproject.toml); the base install goes without
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): float(s.value)
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
-
-
-def total(m: Metrics, name: str, **labels: str) -> float:
-    """The sum of ``name``'s series whose labels include ``labels``."""
-    return sum(
-        v
-        for (n, ls), v in m.items()
-        if n == name and all(dict(ls).get(k) == want for k, want in labels.items())
-    )
-
-
-# -- the processes ----------------------------------------------------------------------------
-
-
 @dataclass
 class Replica:
     """One simulator and its sidecar."""
@@ -296,10 +271,6 @@ class Cluster:
         except httpx.HTTPError:
             return {}
 
-    def retire(self, rep: Replica) -> None:
-        self.replicas.remove(rep)
-        self.gone.append(rep)
-
     def close(self) -> None:
         if self.router is not None:
             processes.stop(self.router, grace_s=5)
@@ -346,8 +317,13 @@ class Monitor:
         arrived = m.get(("sim_requests_arrived", (("worker", url),)), 0.0)
         return arrived + total(m, "smg_worker_cb_outcomes_total", worker=url, outcome="failure")
 
+    def _at(self, t: float | None) -> Metrics:
+        """The last sample taken by wall time ``t`` (None: the last one); {} before any."""
+        got = [m for ts, m in self.samples if t is None or ts <= t]
+        return got[-1] if got else {}
+
     def requests(self) -> float:
-        return total(self.samples[-1][1] if self.samples else {}, "smg_router_requests_total")
+        return total(self._at(None), "smg_router_requests_total")
 
     def last_send_to(self, url: str, until: float | None = None) -> float | None:
         """When the count of requests that reached ``url`` last grew (None: never sampled)."""
@@ -365,16 +341,12 @@ class Monitor:
 
     def sends_to_after(self, url: str, after: float, until: float | None = None) -> float:
         """How many requests reached ``url`` after wall time ``after`` (and before ``until``)."""
-        before = [m for t, m in self.samples if t <= after]
-        upto = [m for t, m in self.samples if until is None or t <= until]
-        if not before or not upto:
-            return 0.0
-        return max(self._sent(upto[-1], url) - self._sent(before[-1], url), 0.0)
+        before, upto = self._at(after), self._at(until)
+        return max(self._sent(upto, url) - self._sent(before, url), 0.0) if before else 0.0
 
     def retries_since(self, t0: float) -> float:
-        before = [m for t, m in self.samples if t <= t0]
-        start = total(before[-1], "smg_worker_retries_total") if before else 0.0
-        return total(self.samples[-1][1], "smg_worker_retries_total") - start if self.samples else 0
+        name = "smg_worker_retries_total"
+        return total(self._at(None), name) - total(self._at(t0), name)
 
     def wait_requests(self, n: float, what: str, proc: subprocess.Popen[bytes]) -> None:
         processes.wait_until(lambda: self.requests() >= n, what=what, proc=proc, timeout_s=300)
@@ -384,7 +356,7 @@ class Monitor:
 def load(cluster: Cluster, out: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``qwen-npu bench``'s runner through the router until stopped (SIGTERM keeps the records)."""
     s = cluster.s
-    cmd = [sys.executable, "-m", "tools.proofs.failover", "load", "--out", str(out), "--"]
+    cmd = [sys.executable, "-m", "tools.proofs.failover", "load", str(out)]
     cmd += ["--target", cluster.router_url, "--concurrency", str(s.concurrency)]
     cmd += ["--num-prompts", str(s.num_prompts), "--input-len", str(s.input_len)]
     cmd += ["--output-len", str(s.output_len), "--range-ratio", "1.0", "--vocab-size", "1000"]
@@ -406,9 +378,6 @@ def run_load(out: Path, bench_argv: list[str]) -> int:
     return 0
 
 
-# -- the scenarios --------------------------------------------------------------------------------
-
-
 @dataclass
 class Event:
     """What a scenario did: when, to which replica, and what it saw."""
@@ -423,47 +392,45 @@ class Event:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def _exited(rep: Replica) -> bool:
-    return rep.proc.poll() is not None
-
-
-def _dropped(c: Cluster, rep: Replica) -> bool:
-    return c.worker_healthy(rep) is None
-
-
-def _ejected(c: Cluster, rep: Replica) -> bool:
-    return c.worker_healthy(rep) is not True
+def _replace(c: Cluster, old: Replica) -> tuple[int, float]:
+    """``old`` replaced through the chart's drain sequence: its exit code and drain seconds."""
+    new = c.start_replica()
+    call("POST", c.router_url + "/workers", {"url": new.url})  # admitted once /health is 200
+    processes.wait_until(
+        lambda: c.worker_healthy(new), what=f"the router to admit {new.name}", timeout_s=120
+    )
+    ready = f"http://127.0.0.1:{new.sidecar_port}/readyz"
+    processes.wait_http(ready, what=f"sidecar of {new.name} ready")
+    # Readiness drops first: the router stops sending before the engine hears SIGTERM.
+    worker = c.workers().get(old.url)
+    if worker is not None:
+        call("DELETE", c.router_url + f"/workers/{worker['id']}")
+    processes.wait_until(
+        lambda: c.worker_healthy(old) is None, what=f"the router to drop {old.name}"
+    )
+    t = time.monotonic()
+    old.proc.send_signal(signal.SIGTERM)
+    processes.wait_until(
+        lambda: old.proc.poll() is not None, what=f"{old.name} to drain", timeout_s=300
+    )
+    drain_s = round(time.monotonic() - t, 2)
+    processes.stop(old.sidecar, grace_s=10)  # the sidecar outlives the engine
+    c.replicas.remove(old)
+    c.gone.append(old)
+    return int(old.proc.returncode), drain_s
 
 
 def rolling(c: Cluster) -> Event:
-    """Replace every replica through the chart's drain sequence, one at a time."""
+    """Replace every replica, one at a time."""
     ev = Event()
-    exits: list[int] = []
-    drains: list[float] = []
-    for old in list(c.replicas):
-        new = c.start_replica()
-        call("POST", c.router_url + "/workers", {"url": new.url})  # admitted once /health is 200
-        admitted = functools.partial(c.worker_healthy, new)
-        processes.wait_until(admitted, what=f"the router to admit {new.name}", timeout_s=120)
-        ready = f"http://127.0.0.1:{new.sidecar_port}/readyz"
-        processes.wait_http(ready, what=f"sidecar of {new.name} ready")
-        # Readiness drops first: the router stops sending before the engine hears SIGTERM.
-        worker = c.workers().get(old.url)
-        if worker is not None:
-            call("DELETE", c.router_url + f"/workers/{worker['id']}")
-        dropped = functools.partial(_dropped, c, old)
-        processes.wait_until(dropped, what=f"the router to drop {old.name}")
-        t = time.monotonic()
-        old.proc.send_signal(signal.SIGTERM)
-        drained = functools.partial(_exited, old)
-        processes.wait_until(drained, what=f"{old.name} to drain", timeout_s=300)
-        exits.append(int(old.proc.returncode))
-        drains.append(round(time.monotonic() - t, 2))
-        processes.stop(old.sidecar, grace_s=10)  # the sidecar outlives the engine
-        c.retire(old)
+    exits, drains = zip(*[_replace(c, old) for old in list(c.replicas)], strict=True)
     ev.end = time.time()
     before_ready = {r.name: r.stats().get("requests_before_ready") for r in c.replicas}
-    ev.notes = {"exit_codes": exits, "drain_s": drains, "requests_before_ready": before_ready}
+    ev.notes = {
+        "exit_codes": list(exits),
+        "drain_s": list(drains),
+        "requests_before_ready": before_ready,
+    }
     return ev
 
 
@@ -474,8 +441,11 @@ def _break_first(c: Cluster, how: Callable[[Replica], None], what: str) -> tuple
     ev = Event(bad_url=bad.url)
     how(bad)
     ev.in_flight_on_bad = in_flight
-    ejected = functools.partial(_ejected, c, bad)
-    processes.wait_until(ejected, what=f"the router to eject the {what} replica", timeout_s=120)
+    processes.wait_until(
+        lambda: c.worker_healthy(bad) is not True,
+        what=f"the router to eject the {what} replica",
+        timeout_s=120,
+    )
     ev.notes["ejected_after_s"] = round(time.time() - ev.start, 2)
     return ev, bad
 
@@ -555,15 +525,11 @@ def goal(rec: dict[str, Any]) -> tuple[str, bool]:
     return text, met(rec)
 
 
-def p99(values: list[float]) -> float | None:
+def p99_ms(values: list[float]) -> float | None:
     if not values:
         return None
     v = sorted(values)
-    return v[min(len(v) - 1, math.ceil(0.99 * len(v)) - 1)]
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else round(v * 1000, 1)
+    return round(v[min(len(v) - 1, math.ceil(0.99 * len(v)) - 1)] * 1000, 1)
 
 
 def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
@@ -590,9 +556,10 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
             (wd / "router-metrics.txt").write_text(
                 "\n".join(f"{n}{dict(ls)} {v}" for (n, ls), v in sorted(mon.samples[-1][1].items()))
             )
-            last_send = mon.last_send_to(ev.bad_url, ev.measure_until) if ev.bad_url else None
-            after_bound = 0.0
+            stopped, after_bound = None, 0.0
             if ev.bad_url and bounded:
+                last_send = mon.last_send_to(ev.bad_url, ev.measure_until)
+                stopped = None if last_send is None else round(max(last_send - ev.start, 0.0), 2)
                 after = ev.start + s.bound_for(name)
                 after_bound = mon.sends_to_after(ev.bad_url, after, ev.measure_until)
         if not raw.exists():
@@ -604,12 +571,6 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
     before = [o["ttft"] for o in outs if o["success"] and o["start_time"] < ev.start]
     during = [o["ttft"] for o in outs if o["success"] and ev.start <= o["start_time"] <= ev.end]
     late_failures = [o for o in failed if o["start_time"] > ev.start + s.bound_for(name)]
-    errors: dict[str, int] = {}
-    for o in failed:
-        errors[o["error"]] = errors.get(o["error"], 0) + 1
-    stopped = None
-    if last_send is not None and bounded:
-        stopped = round(max(last_send - ev.start, 0.0), 2)
     return {
         "scenario": name,
         "replicas": s.replicas,
@@ -617,7 +578,7 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
         "sent": len(outs),
         "failed": len(failed),
         "router_hub_requests": hub_requests(wd / "router.log"),
-        "errors": errors,
+        "errors": dict(Counter(o["error"] for o in failed)),
         "retried_by_router": int(retried),
         "in_flight_on_bad": ev.in_flight_on_bad,
         "eject_bound_s": s.bound_for(name),
@@ -625,8 +586,8 @@ def run_scenario(name: str, s: Settings, workdir: Path) -> dict[str, Any]:
         "sent_to_bad_after_bound": int(after_bound),
         "failed_after_bound": len(late_failures),
         "event_s": round(ev.end - ev.start, 2),
-        "p99_ttft_before_ms": _ms(p99(before)),
-        "p99_ttft_during_ms": _ms(p99(during)),
+        "p99_ttft_before_ms": p99_ms(before),
+        "p99_ttft_during_ms": p99_ms(during),
         "requests_during": len(during),
         **ev.notes,
         "settings": asdict(s),
@@ -649,25 +610,19 @@ def _dash(v: Any) -> str:
 
 
 def write_report(records: list[dict[str, Any]], md: Path) -> None:
-    md.parent.mkdir(parents=True, exist_ok=True)
-    md.with_suffix(".jsonl").write_text(
-        "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    )
     s = records[0]["settings"] if records else {}
     lines = [
         "# Failover: the router in front of simulator replicas under load",
         "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make failover` "
         "(tools/proofs/failover.py): sglang-router "
-        f"{read_versions().get('SGLANG_ROUTER_VERSION', '?')}, "
-        f"{s.get('replicas')} "
-        f"simulator replicas each with its sidecar, `qwen-npu bench`'s runner at CONC "
-        f"{s.get('concurrency')} ({s.get('input_len')} in / {s.get('output_len')} out, streaming "
-        f"/generate; simulator TTFT {s.get('ttft_ms')} ms, ITL {s.get('itl_ms')} ms). Router "
-        f"health check every {s.get('health_interval_s')} s, {s.get('failure_threshold')} misses "
-        f"to eject, {s.get('health_timeout_s')} s timeout: the bound is interval x misses, and "
-        "misses x (interval + timeout) for a hung worker, whose checks fail only at their "
-        "timeout.",
+        f"{read_versions().get('SGLANG_ROUTER_VERSION', '?')}, {s.get('replicas')} simulator "
+        f"replicas each with its sidecar, `qwen-npu bench`'s runner at CONC {s.get('concurrency')} "
+        f"({s.get('input_len')} in / {s.get('output_len')} out, streaming /generate; simulator "
+        f"TTFT {s.get('ttft_ms')} ms, ITL {s.get('itl_ms')} ms). Router health check every "
+        f"{s.get('health_interval_s')} s, {s.get('failure_threshold')} misses to eject, "
+        f"{s.get('health_timeout_s')} s timeout: the bound is interval x misses, and misses x "
+        "(interval + timeout) for a hung worker, whose checks fail only at their timeout.",
         "",
         "| scenario | sent | failed | retried by router | in flight on bad | stopped sending"
         " after s | ejected after s | bound s | sent to bad after bound | p99 TTFT before ms"
@@ -691,17 +646,16 @@ def write_report(records: list[dict[str, Any]], md: Path) -> None:
     for rec in records:
         extra = {k: v for k, v in rec.items() if k != "settings"}
         lines.append(f"- `{rec['scenario']}`: `{json.dumps(extra, sort_keys=True)}`")
-    md.write_text("\n".join(lines) + "\n")
+    report.write_report(md, [*lines, ""])
+    md.with_suffix(".jsonl").write_text(
+        "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["load"]:  # the load child (load() above)
-        lp = argparse.ArgumentParser(prog="tools.proofs.failover load")
-        lp.add_argument("--out", required=True)
-        lp.add_argument("bench", nargs=argparse.REMAINDER)
-        la = lp.parse_args(argv[1:])
-        return run_load(Path(la.out), la.bench[1:] if la.bench[:1] == ["--"] else la.bench)
+    if argv[:1] == ["load"]:  # the load child, started by load() above: load OUT BENCH-FLAGS...
+        return run_load(Path(argv[1]), argv[2:])
     p = argparse.ArgumentParser(prog="make failover", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="out/perf/failover.md")
     p.add_argument("--scenario", action="append", choices=list(EVENTS), help="default: all four")

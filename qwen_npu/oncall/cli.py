@@ -143,14 +143,12 @@ class OnCall:
 
     def need_tools(self) -> None:
         """helm and kubectl first, so a machine without them gets one line, not a half switch."""
-        tools = (("helm", self.helm, "HELM"), ("kubectl", self.kubectl, "KUBECTL"))
-        for tool, words, make_name in tools:
+        for tool, words in (("helm", self.helm), ("kubectl", self.kubectl)):
             if not words or shutil.which(words[0]) is None:
-                var = self.var(make_name, f"--{tool}")
-                given = " ".join(words)
+                var = self.var(tool.upper(), f"--{tool}")
                 raise Stop(
-                    f"{self.prog}: {var}={given} is not found or not executable; install {tool} "
-                    f"or set {var}=/path/to/{tool} (docs/runbook.md)",
+                    f"{self.prog}: {var}={' '.join(words)} is not found or not executable; "
+                    f"install {tool} or set {var}=/path/to/{tool} (docs/runbook.md)",
                     127,
                 )
 

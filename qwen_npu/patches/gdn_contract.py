@@ -88,11 +88,7 @@ def sglang_mamba_pool(
     built); with ``draft`` the speculative buffers are there too."""
     # lazy: the .pth hook runs in every engine process: SGLang loads when a check reads it
     import torch
-    from sglang.srt.configs.mamba_utils import (
-        Mamba2CacheParams,
-        Mamba2StateDType,
-        Mamba2StateShape,
-    )
+    from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateDType, Mamba2StateShape
     from sglang.srt.mem_cache import memory_pool
 
     shape = Mamba2StateShape.create(
@@ -105,9 +101,7 @@ def sglang_mamba_pool(
         conv_kernel=conv_kernel,
     )
     params = Mamba2CacheParams(
-        shape=shape,
-        layers=[0],
-        dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=ssm_dtype),
+        shape=shape, layers=[0], dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=ssm_dtype)
     )
     logger = logging.getLogger(memory_pool.__name__)
     level = logger.level

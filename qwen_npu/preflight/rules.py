@@ -163,11 +163,9 @@ def _choose_tp(
 ) -> tuple[int, str]:
     if asked is not None:
         return asked, "flag"
-    for check in checks:
-        if check.feasible and mems[check.tp].fits:
-            return check.tp, "auto"
-    feasible = [c.tp for c in checks if c.feasible]
-    return (feasible[-1] if feasible else checks[-1].tp), "auto"
+    fits = [c.tp for c in checks if c.feasible and mems[c.tp].fits]
+    feasible = [c.tp for c in checks if c.feasible] or [checks[-1].tp]
+    return (fits[0] if fits else feasible[-1]), "auto"
 
 
 def _tp_findings(report: Report) -> None:

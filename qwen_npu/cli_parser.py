@@ -70,9 +70,7 @@ class Number:
     passes: tuple[str, ...] = ()  # words handed on as text (an optional setting's "none")
 
     def accepts(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        if self.kind is int and value != int(value):
+        if not math.isfinite(value) or (self.kind is int and value != int(value)):
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
@@ -296,16 +294,10 @@ def field_number(field: object, none_words: tuple[str, ...] = ()) -> Number | No
     if len(kinds) != 1 or kinds[0] not in (int, float):
         return None
     kind = kinds[0]
-    low: float | None = None
-    low_open = False
-    high: float | None = None
-    for limit in getattr(field, "metadata", []):
-        if getattr(limit, "ge", None) is not None:
-            low = limit.ge
-        if getattr(limit, "gt", None) is not None:
-            low, low_open = limit.gt, True
-        if getattr(limit, "le", None) is not None:
-            high = limit.le
+    metadata = getattr(field, "metadata", [])
+    found = [(k, getattr(m, k, None)) for m in metadata for k in ("ge", "gt", "le")]
+    limits = {k: v for k, v in found if v is not None}
+    low, low_open, high = limits.get("gt", limits.get("ge")), "gt" in limits, limits.get("le")
     bounds = [f"{'above' if low_open else 'at least'} {low:g}"] if low is not None else []
     bounds += [f"at most {high:g}"] if high is not None else []
     what = "an integer" if kind is int else "a finite number"
@@ -323,24 +315,22 @@ class InputPath:
     def __call__(self, text: str) -> Path:
         path = Path(text)
         kind = "folder" if self.folder else "file"
+        if not self.folder and path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file")
         try:
             if self.folder:
                 os.listdir(path)
             else:
-                if path.is_dir():
-                    raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file")
                 path.open("rb").close()
         except NotADirectoryError:
-            raise argparse.ArgumentTypeError(
-                f"{text}: not a folder (or a part of the path is a file); pass a {kind}"
-            ) from None
+            why = f"not a folder (or a part of the path is a file); pass a {kind}"
         except FileNotFoundError:
-            raise argparse.ArgumentTypeError(f"{text}: no such {kind}; check the path") from None
+            why = f"no such {kind}; check the path"
         except OSError as exc:
-            raise argparse.ArgumentTypeError(
-                f"{text}: cannot read it ({exc.strerror}); make it readable or pass another"
-            ) from None
-        return path
+            why = f"cannot read it ({exc.strerror}); make it readable or pass another"
+        else:
+            return path
+        raise argparse.ArgumentTypeError(f"{text}: {why}")
 
 
 input_file = InputPath(folder=False)

@@ -199,10 +199,8 @@ def _fetch(argv: list[str]) -> int:
     result = fetch(source, args.dest, opts)
     files = len(result.manifest.get("files", []))
     done = f"{files} files verified, {result.downloaded} bytes downloaded"
-    print(
-        f"{args.dest}: {source} at {result.revision}: "
-        + ("already complete, nothing downloaded" if result.reused else done)
-    )
+    done = "already complete, nothing downloaded" if result.reused else done
+    print(f"{args.dest}: {source} at {result.revision}: {done}")
     return _preflight(args.dest, options, judged) if args.preflight else 0
 
 
@@ -228,8 +226,7 @@ def _verify(argv: list[str]) -> int:
     from qwen_npu.fetch.wait import matches
 
     args = build_verify_parser().parse_args(argv)
-    store = Store(args.dest)
-    current = store.current()
+    current = Store(args.dest).current()
     rev = Revision(current) if current is not None else None
     problems = rev.check(sums=not args.sizes_only) if rev else [f"{args.dest}: not a fetched DEST"]
     marker = (rev.marker() if rev else None) or {}

@@ -324,11 +324,8 @@ def build(
     config_file: str | Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[SimConfig, dict[str, str]]:
-    """Merge defaults < profile YAML < config YAML < env < flags (kebab-case keys).
-
-    Returns the config and, per key that is not a default, where its value came from.
-    Raises ConfigError.
-    """
+    """Merge defaults < profile YAML < config YAML < env < flags (kebab-case keys): the config
+    and, per key that is not a default, where its value came from. Raises ConfigError."""
     env = os.environ if env is None else env
     profile = profile or env.get(ENV_PREFIX + "PROFILE") or None
     config_file = config_file or env.get(ENV_PREFIX + "CONFIG") or None

@@ -151,7 +151,6 @@ class NativeStream:
         self.head = json.dumps(self.rid)  # once: each event is plain string building
 
     def event(self, ch: Chunk) -> bytes:
-        """The SSE event of one engine step: the text and ids up to that step."""
         req = self.req
         new = req.tokens.ids[len(self.ids_parts) : ch.emitted]
         self.text += detokenize(new)
@@ -241,7 +240,6 @@ class OpenAIStream:
         return out
 
     def tail(self) -> bytes:
-        """The usage event, when the request asked for it."""
         return self._event([], _usage(self.req)) if self.usage else b""
 
 

@@ -91,8 +91,7 @@ class Request:
         while not self.chunks:
             if self.error is not None:
                 raise self.error
-            loop = asyncio.get_running_loop()
-            self.waiter = loop.create_future()
+            self.waiter = asyncio.get_running_loop().create_future()
             try:
                 await self.waiter
             finally:
@@ -376,15 +375,12 @@ class Engine:
     def timing_stats(self) -> dict[str, float]:
         """How late streamed events left the server lately (its own view of falling behind)."""
         late = sorted(self.lateness)
-        if not late:
-            return {"sends": 0, "lead_ms": self.lead * 1000}
-        return {
-            "sends": len(late),
-            "lead_ms": self.lead * 1000,
-            "send_lateness_median_ms": late[len(late) // 2] * 1000,
-            "send_lateness_p99_ms": late[min(len(late) - 1, int(len(late) * 0.99))] * 1000,
-            "tokens_emitted": self.total_generated,
-        }
+        stats: dict[str, float] = {"sends": len(late), "lead_ms": self.lead * 1000}
+        if late:
+            stats["send_lateness_median_ms"] = late[len(late) // 2] * 1000
+            stats["send_lateness_p99_ms"] = late[min(len(late) - 1, int(len(late) * 0.99))] * 1000
+            stats["tokens_emitted"] = self.total_generated
+        return stats
 
     def gauges(self) -> dict[str, float]:
         """The scheduler gauges of /metrics (short names), computed at scrape time."""

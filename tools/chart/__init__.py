@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
 from functools import cache, lru_cache
@@ -67,17 +68,12 @@ def values_from(*files: Path, extra: dict[str, Any] | None = None) -> dict[str, 
     """The user values of `helm install -f f1 -f f2 --set ...` (chart defaults not included)."""
     merged: dict[str, Any] = {}
     for path in files:
-        loaded = yaml.safe_load(path.read_text()) or {}
-        merged = deep_merge(merged, loaded)
+        merged = deep_merge(merged, yaml.safe_load(path.read_text()) or {})
     return deep_merge(merged, extra or {})
 
 
 def profiles() -> list[Path]:
     return sorted(PROFILES_DIR.glob("*.yaml"))
-
-
-def ci_overlays() -> list[Path]:
-    return sorted(CI_DIR.glob("*-values.yaml"))
 
 
 def scenarios() -> dict[str, dict[str, Any]]:
@@ -90,7 +86,7 @@ def scenarios() -> dict[str, dict[str, Any]]:
                 name = f"{profile.stem}-mtp-{'on' if mtp else 'off'}{suffix}"
                 extra = {"mtp": {"enabled": mtp}, "npu": {"runtime": runtime}}
                 found[name] = values_from(profile, extra=extra)
-    for overlay in ci_overlays():
+    for overlay in sorted(CI_DIR.glob("*-values.yaml")):
         found[f"ci-{overlay.stem.removesuffix('-values')}"] = values_from(overlay)
     # The largest checkpoint (a LeaderWorkerSet) with the optional parts on.
     big = PROFILES_DIR / "qwen3.5-397b-a17b-w8a8.yaml"
@@ -106,7 +102,6 @@ def scenarios() -> dict[str, dict[str, Any]]:
 
 @cache
 def chart() -> helm.Chart:
-    """The chart, loaded once per process."""
     return helm.Chart.load(CHART_DIR)
 
 
@@ -174,12 +169,8 @@ def container(template: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 def engine_workload(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """The engine's Deployment or LeaderWorkerSet."""
-    found = [
-        d
-        for d in docs
-        if d["kind"] in ("Deployment", "LeaderWorkerSet")
-        and d["metadata"]["name"].endswith("-engine")
-    ]
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet")]
+    found = [d for d in workloads if d["metadata"]["name"].endswith("-engine")]
     if len(found) != 1:
         raise AssertionError(f"expected one engine workload, found {len(found)}")
     return found[0]
@@ -211,12 +202,6 @@ def quantity(text: Any) -> Decimal:
     return Decimal(match[1]) * Decimal(_SUFFIX[match[2]])
 
 
-def _format_quantity(value: Decimal) -> str:
-    if value == value.to_integral_value():
-        return str(int(value))
-    return f"{int(value * 1000)}m"
-
-
 def pod_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
     """Kubernetes' effective requests of a pod (what the scheduler and LWS's PodGroup sum): the
     containers plus the native sidecars, or the largest init container with the sidecars started
@@ -225,28 +210,25 @@ def pod_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
     def requests(c: dict[str, Any]) -> dict[str, Decimal]:
         return {k: quantity(v) for k, v in c.get("resources", {}).get("requests", {}).items()}
 
-    total: dict[str, Decimal] = {}
+    total: defaultdict[str, Decimal] = defaultdict(Decimal)
+    sidecars: defaultdict[str, Decimal] = defaultdict(Decimal)
     for c in spec["containers"]:
         for k, v in requests(c).items():
-            total[k] = total.get(k, Decimal(0)) + v
-    sidecars: dict[str, Decimal] = {}
+            total[k] += v
     for c in spec.get("initContainers", []):
-        if c.get("restartPolicy") == "Always":
-            for k, v in requests(c).items():
-                sidecars[k] = sidecars.get(k, Decimal(0)) + v
-                total[k] = total.get(k, Decimal(0)) + v
-        else:
-            for k, v in requests(c).items():
-                total[k] = max(total.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
-    return total
+        for k, v in requests(c).items():
+            if c.get("restartPolicy") == "Always":
+                sidecars[k] += v
+                total[k] += v
+            else:
+                total[k] = max(total[k], v + sidecars[k])
+    return dict(total)
 
 
 def volcano_podgroup(lws: dict[str, Any], group: int = 0) -> dict[str, Any] | None:
     """The PodGroup the LWS controller's Volcano provider creates for one group of a rendered
-    LeaderWorkerSet (kubernetes-sigs/lws pkg/schedulerprovider/volcano_provider.go: named
-    `<lws>-<group>-<revision>`, minMember = size with startupPolicy LeaderCreated, minResources =
-    the leader's requests plus (size - 1) workers', queue from the
-    scheduling.volcano.sh/queue-name annotation), or None when Volcano does not schedule it."""
+    LeaderWorkerSet (as kubernetes-sigs/lws pkg/schedulerprovider/volcano_provider.go does), or
+    None when Volcano does not schedule it."""
     if lws.get("kind") != "LeaderWorkerSet":
         return None
     templates = dict(pod_templates(lws))
@@ -260,7 +242,10 @@ def volcano_podgroup(lws: dict[str, Any], group: int = 0) -> dict[str, Any] | No
                  for k in sorted(leader.keys() | worker.keys())}  # fmt: skip
     spec: dict[str, Any] = {
         "minMember": 1 if lws["spec"].get("startupPolicy") == "LeaderReady" else size,
-        "minResources": {k: _format_quantity(v) for k, v in resources.items()},
+        "minResources": {
+            k: str(int(v)) if v == v.to_integral_value() else f"{int(v * 1000)}m"
+            for k, v in resources.items()
+        },
     }
     queue = lws["metadata"].get("annotations", {}).get("scheduling.volcano.sh/queue-name")
     if queue:
@@ -324,8 +309,7 @@ def _kube_filename(doc: dict[str, Any]) -> str:
 
 @cache
 def _cr_validator(filename: str) -> jsonschema.protocols.Validator:
-    schema = json.loads((CR_SCHEMAS / filename).read_text())
-    return jsonschema.Draft7Validator(schema)
+    return jsonschema.Draft7Validator(json.loads((CR_SCHEMAS / filename).read_text()))
 
 
 def _errors(validator: jsonschema.protocols.Validator, doc: Any, where: str) -> list[str]:
@@ -341,11 +325,8 @@ def is_builtin(doc: dict[str, Any], version: str = KUBE_VERSIONS[-1]) -> bool:
 
 
 def validate(doc: dict[str, Any], version: str) -> list[str]:
-    """Strict schema errors of one object for one Kubernetes minor (empty list = valid).
-
-    A LeaderWorkerSet that Volcano schedules also has the PodGroup the LWS controller would create
-    for its groups (`volcano_podgroup`) checked against the Volcano CRD schema.
-    """
+    """Strict schema errors of one object for one Kubernetes minor (empty list = valid); for a
+    LeaderWorkerSet that Volcano schedules, its PodGroup's (`volcano_podgroup`) too."""
     where = f"{doc['kind']}/{doc['metadata'].get('name')} (k8s {version})"
     cr = CR_KINDS.get((doc["apiVersion"], doc["kind"]))
     if cr is not None:
@@ -367,9 +348,8 @@ def validate(doc: dict[str, Any], version: str) -> list[str]:
 def lint(
     values: dict[str, Any], versions: tuple[str, ...] = (KUBE_VERSIONS[0], KUBE_VERSIONS[-1])
 ) -> list[str]:
-    """`helm lint --strict` findings at warning level and above, for each Kubernetes minor of
-    `versions` (Helm's lint flags APIs deprecated or removed in that version); by default the
-    oldest and the newest the chart claims."""
+    """`helm lint --strict` findings (warning and above) per Kubernetes minor of `versions`, by
+    default the oldest and the newest the chart claims."""
     findings: list[str] = []
     for version in versions:
         report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{version}.0")

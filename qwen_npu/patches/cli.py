@@ -142,14 +142,8 @@ def _startup_line(
         why = f"unknown names in QWEN_NPU_DISABLE_PATCHES: {','.join(unknown)}; {why}"
     first = bad[0]["state"] if bad else ""
     nxt = core.NEXT_STEP.get(first) or gdn_contract.NEXT.get(first) or "fix " + ENV_DISABLE
-    return line(
-        "patches",
-        "error",
-        "verify_failed",
-        failed=failed,
-        detail=why,
-        next=f"{nxt}; qwen-npu patches explain NAME; patches.disabled turns one off",
-    )
+    nxt += "; qwen-npu patches explain NAME; patches.disabled turns one off"
+    return line("patches", "error", "verify_failed", failed=failed, detail=why, next=nxt)
 
 
 def _bad_input(args: argparse.Namespace) -> str | None:

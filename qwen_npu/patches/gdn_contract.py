@@ -52,6 +52,9 @@ class Verdict:
     verdict: str
     evidence: str
 
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -178,18 +181,14 @@ def pool_layout(sources: Sources) -> tuple[Verdict, Pool | None]:
         return Verdict(UNKNOWN, f"{where}: unexpected pool shape, not {label}: {facts}"), None
     pool = Pool(order, bool(temporal.is_contiguous()))
     dense = all(t.is_contiguous() for t in (temporal, intermediate, *conv))
+    built = f"{where}: built in its NPU configuration: {facts}"
     if dense and order == spec_order == V_MAJOR:
-        return Verdict(
-            PASS,
-            f"{where}: built in its NPU configuration: {facts}: contiguous, "
-            "V-major, no transpose view",
-        ), pool
+        return Verdict(PASS, f"{built}: contiguous, V-major, no transpose view"), pool
     view = " (labelled [.., HV, K, V])" if tuple(temporal.shape[-2:]) == (POOL_K, POOL_V) else ""
     return Verdict(
         FAIL,
-        f"{where}: built in its NPU configuration: {facts}: temporal {order}{view}, intermediate "
-        f"{spec_order}, contiguous={dense}: a transpose view (SGLang before #39589); the AscendC "
-        "ops read raw memory V-major",
+        f"{built}: temporal {order}{view}, intermediate {spec_order}, contiguous={dense}: a "
+        "transpose view (SGLang before #39589); the AscendC ops read raw memory V-major",
     ), pool
 
 
@@ -282,23 +281,17 @@ def mover(sources: Sources, pool: Pool | None) -> Verdict:
     if isinstance(found, Verdict):
         return found
     reading, where = found
+    said = f"{where}: {reading.reason}"
     if reading.verdict == kernels.SOURCE_ORDER:
-        return Verdict(PASS, f"{where}: {reading.reason}")
-    if reading.verdict == kernels.STRIDE_HONOURING:
-        if pool is None:
-            return Verdict(UNKNOWN, f"{where}: {reading.reason}; the pool's layout is unknown")
-        if pool.contiguous:
-            return Verdict(
-                PASS,
-                f"{where}: {reading.reason}; the pool is contiguous, so it "
-                "equals a source-order copy",
-            )
-        return Verdict(
-            FAIL,
-            f"{where}: {reading.reason} into a transposed pool view: a second "
-            "transpose (sgl-kernel-npu #748's pair)",
-        )
-    return Verdict(UNKNOWN, f"{where}: {reading.reason}")
+        return Verdict(PASS, said)
+    if reading.verdict != kernels.STRIDE_HONOURING:
+        return Verdict(UNKNOWN, said)
+    if pool is None:
+        return Verdict(UNKNOWN, f"{said}; the pool's layout is unknown")
+    if pool.contiguous:
+        return Verdict(PASS, f"{said}; the pool is contiguous, so it equals a source-order copy")
+    transposed = "into a transposed pool view: a second transpose (sgl-kernel-npu #748's pair)"
+    return Verdict(FAIL, f"{said} {transposed}")
 
 
 def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
@@ -317,17 +310,12 @@ def decode_kernel(sources: Sources, pool: Pool | None) -> Verdict:
         return Verdict(PASS, f"{said}, the pool is {pool.order}")
     outcome = OUTCOMES.get(DECODE_PATCH)
     patch = sources.decode_patch or (outcome.state if outcome else "not applied in this process")
+    against = f"{said} against a {pool.order} pool"
     if patch == "applied":
-        return Verdict(
-            PASS,
-            f"{said} against a {pool.order} pool; {DECODE_PATCH} is applied: "
-            "the decode call hands the kernel a K-major copy",
-        )
-    return Verdict(
-        FAIL,
-        f"{said} against a {pool.order} pool and {DECODE_PATCH} is {patch}: "
-        "plain decode reads the state transposed",
-    )
+        copy = "the decode call hands the kernel a K-major copy"
+        return Verdict(PASS, f"{against}; {DECODE_PATCH} is applied: {copy}")
+    plain = "plain decode reads the state transposed"
+    return Verdict(FAIL, f"{against} and {DECODE_PATCH} is {patch}: {plain}")
 
 
 def ssm_dtype(sources: Sources, pool: Pool | None = None) -> Verdict:
@@ -338,10 +326,8 @@ def ssm_dtype(sources: Sources, pool: Pool | None = None) -> Verdict:
     how = f"{chips.ENV_CHIP}={raw_chip!r}" if raw_chip else f"the default: {chips.ENV_CHIP} unset"
     chip_note = f"chip {chip} ({how})"
     if raw_chip and chips.normalise(raw_chip) is None:
-        return Verdict(
-            UNKNOWN,
-            f"{chips.ENV_CHIP}={raw_chip!r} names no chip we know ({', '.join(chips.CHIPS)})",
-        )
+        known = ", ".join(chips.CHIPS)
+        return Verdict(UNKNOWN, f"{chips.ENV_CHIP}={raw_chip!r} names no chip we know ({known})")
     flag = modes.flag_value(argv, "--mamba-ssm-dtype")
     model = modes.flag_value(argv, "--model-path", "--model")
     dtype: str | None = None
@@ -395,7 +381,7 @@ def check(sources: Sources | None = None) -> dict[str, Verdict]:
 
 
 def as_json(verdicts: Mapping[str, Verdict]) -> dict[str, dict[str, str]]:
-    return {name: asdict(v) for name, v in verdicts.items()}
+    return {name: v.as_dict() for name, v in verdicts.items()}
 
 
 def strict_problems(

@@ -169,16 +169,10 @@ def _choose_tp(
 
 
 def _tp_findings(report: Report) -> None:
-    chosen = report.chosen
-    feasible = [str(t.tp) for t in report.tp_checks if t.feasible] or ["none"]
-    for problem in chosen.problems:
-        add(
-            report.findings,
-            "tp-indivisible",
-            BLOCKING,
-            f"{problem}; SGLang asserts this while building the model. Feasible "
-            f"--tp-size values: {', '.join(feasible)}",
-        )
+    feasible = ", ".join(str(t.tp) for t in report.tp_checks if t.feasible) or "none"
+    for problem in report.chosen.problems:
+        why = f"{problem}; SGLang asserts this while building the model. Feasible --tp-size"
+        add(report.findings, "tp-indivisible", BLOCKING, f"{why} values: {feasible}")
     m = report.memory
     where = (
         f"{mem.gib(m.per_npu_bytes)} of weights per NPU at tp={m.tp} "
@@ -278,26 +272,20 @@ def _ssm_state_findings(report: Report) -> None:
         return
     dtype = c.mamba_ssm_dtype
     where = f"SSM state {dtype} ({_SSM_SOURCE.get(c.mamba_ssm_dtype_source, '?')}) on {opts.chip}"
-    fix = (
-        f"use --mamba-ssm-dtype {chips.SAFE_SSM_DTYPE} (chart value "
-        f"engine.mambaSsmDtype={chips.SAFE_SSM_DTYPE})"
-    )
+    safe = chips.SAFE_SSM_DTYPE
+    fix = f"use --mamba-ssm-dtype {safe} (chart value engine.mambaSsmDtype={safe})"
     problem = chips.ssm_state_problem(opts.chip, dtype, mtp=opts.mtp and c.has_mtp)
-    if problem is not None:
-        op, why = problem
-        if op == "prefill":
-            add(report.findings, "ssm-dtype-unsupported", BLOCKING, f"{where}: {why}; {fix}")
-        else:
-            # Where the prefill op takes fp32 (Ascend950) the verify op's source is bf16-only, but
-            # that chip's build is not known here: a warning; the engine's start-up check (the GDN
-            # contract's ssm_dtype link) refuses it.
-            add(
-                report.findings,
-                "ssm-dtype-verify",
-                WARNING,
-                f"{where}: {why}; the engine's start-up check (gdn_contract.ssm_dtype) will "
-                f"fail it: {fix} or turn MTP off (mtp.enabled=false)",
-            )
+    if problem is None:
+        return
+    op, why = problem
+    if op == "prefill":
+        add(report.findings, "ssm-dtype-unsupported", BLOCKING, f"{where}: {why}; {fix}")
+        return
+    # Where the prefill op takes fp32 (Ascend950) the verify op's source is bf16-only, but that
+    # chip's build is not known here: a warning; the engine's start-up check refuses it.
+    check = "the engine's start-up check (gdn_contract.ssm_dtype) will fail it"
+    said = f"{where}: {why}; {check}: {fix} or turn MTP off (mtp.enabled=false)"
+    add(report.findings, "ssm-dtype-verify", WARNING, said)
 
 
 def _quantization_findings(report: Report) -> None:

@@ -186,21 +186,12 @@ def _tp_findings(report: Report) -> None:
             if t.tp > m.tp and t.feasible and report.memory_by_tp[t.tp].fits
         ]
         fix = f"Use --tp-size {bigger[0]}" if bigger else "Use more NPUs or a smaller scheme"
-        add(
-            report.findings,
-            "memory-overflow",
-            BLOCKING,
-            f"weights do not fit: {where}; the load would run out of memory. {fix}, or raise "
-            "--mem-fraction-static",
-        )
+        said = f"weights do not fit: {where}; the load would run out of memory. {fix}"
+        add(report.findings, "memory-overflow", BLOCKING, f"{said}, or raise --mem-fraction-static")
     elif m.tight:
-        add(
-            report.findings,
-            "memory-tight",
-            WARNING,
-            f"only {mem.gib(m.headroom_bytes)} left for the KV cache and mamba state: "
-            f"{where}. Expect few concurrent requests; a larger TP leaves more",
-        )
+        left = f"only {mem.gib(m.headroom_bytes)} left for the KV cache and mamba state"
+        more = "Expect few concurrent requests; a larger TP leaves more"
+        add(report.findings, "memory-tight", WARNING, f"{left}: {where}. {more}")
 
 
 def _mtp_and_ub_findings(report: Report) -> None:
@@ -367,13 +358,9 @@ def run_preflight(
             unknown,
         )
     if ckpt.description is None:
-        add(
-            report.findings,
-            "not-modelslim",
-            INFO,
-            "no quant_model_description.json: treated as an unquantized checkpoint (the "
-            'engine needs no --quantization modelslim: chart value engine.quantization="")',
-        )
+        said = "no quant_model_description.json: treated as an unquantized checkpoint (the engine"
+        fix = 'needs no --quantization modelslim: chart value engine.quantization="")'
+        add(report.findings, "not-modelslim", INFO, f"{said} {fix}")
     _tp_findings(report)
     _ssm_state_findings(report)
     _quantization_findings(report)
@@ -397,14 +384,10 @@ def _draft_token_findings(report: Report) -> None:
         )
     drafts, limit = opts.num_draft_tokens, chips.VERIFY_MAX_DRAFT_TOKENS
     if report.options.mtp and drafts is not None and drafts > limit:
-        add(
-            report.findings,
-            "draft-tokens-over-limit",
-            BLOCKING,
-            f"--speculative-num-draft-tokens {drafts} is more than the AscendC verify op's "
-            f"{limit} (MAX_MTP): its buffers overrun at the first verify. Set "
-            f"mtp.numDraftTokens to {limit} or fewer",
-        )
+        over = f"--speculative-num-draft-tokens {drafts} is more than the AscendC verify op's"
+        fix = f"Set mtp.numDraftTokens to {limit} or fewer"
+        said = f"{over} {limit} (MAX_MTP): its buffers overrun at the first verify. {fix}"
+        add(report.findings, "draft-tokens-over-limit", BLOCKING, said)
 
 
 def _driver_findings(report: Report, env: Mapping[str, str]) -> None:

@@ -122,9 +122,8 @@ class OutputPath:
         while not nearest.exists() and nearest != nearest.parent:
             nearest = nearest.parent
         if not nearest.is_dir():
-            raise argparse.ArgumentTypeError(
-                f"{text}: {nearest} is a file, not a folder; pass a path under a folder"
-            )
+            why = f"{nearest} is a file, not a folder; pass a path under a folder"
+            raise argparse.ArgumentTypeError(f"{text}: {why}")
         # a real write, not os.access (which asks for the real uid, not the one that writes):
         # an existing file opened for append (unchanged), else a nameless file in the folder
         try:
@@ -133,9 +132,8 @@ class OutputPath:
             else:
                 tempfile.TemporaryFile(dir=path if path.is_dir() else nearest).close()
         except OSError as exc:
-            raise argparse.ArgumentTypeError(
-                f"{text}: cannot write there ({exc.strerror}); pass a path you can write"
-            ) from None
+            why = f"cannot write there ({exc.strerror}); pass a path you can write"
+            raise argparse.ArgumentTypeError(f"{text}: {why}") from None
         return path
 
 
@@ -315,11 +313,11 @@ class InputPath:
     def __call__(self, text: str) -> Path:
         path = Path(text)
         kind = "folder" if self.folder else "file"
-        if not self.folder and path.is_dir():
-            raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file")
         try:
             if self.folder:
                 os.listdir(path)
+            elif path.is_dir():
+                raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file")
             else:
                 path.open("rb").close()
         except NotADirectoryError:

@@ -111,11 +111,17 @@ def test_running_stops_the_child_when_the_wait_fails(
 
     monkeypatch.setattr(processes, "start", spy)
     log = tmp_path / "sleeper.log"
+
+    def ready() -> bool:
+        # The wait fails once the child has written its line (an event, not a time window, so a
+        # loaded machine cannot kill the child before it speaks).
+        if log.exists() and "sleeping" in log.read_text():
+            raise processes.WaitTimeout("never ready")
+        return False
+
     with (
         pytest.raises(processes.WaitTimeout, match="never ready"),
-        processes.running(
-            SLEEPER, log=log, ready=lambda: False, what="never ready", timeout_s=0.2
-        ),  # fmt: skip
+        processes.running(SLEEPER, log=log, ready=ready, what="never ready"),
     ):
         pytest.fail("running() yielded although the child never became ready")
     assert started and started[0].returncode is not None

@@ -31,6 +31,17 @@ class Stop(Exception):
         self.message, self.code = message, code
 
 
+def _command(value: str) -> list[str]:
+    """A command with its flags, split as a shell would (`--helm "helm --kube-context a"`)."""
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:  # an unbalanced quote
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}; quote it as a shell would") from None
+    if not argv:
+        raise argparse.ArgumentTypeError("empty; name the command (a path or one on PATH)")
+    return argv
+
+
 def http_probe(url: str, label: str) -> str:
     """Python for ``python3 -c``: print ``<label> <code> <body>`` of GET ``url``; exit 0 on 200."""
     return (
@@ -388,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the switches that upgrade (make passes this checkout's chart folder, by absolute path)",
     )
     for tool in ("helm", "kubectl"):
-        p.add_argument(f"--{tool}", type=shlex.split, default=tool, help="may carry flags")
+        p.add_argument(f"--{tool}", type=_command, default=tool, help="may carry flags")
     p.add_argument("--timeout", type=duration, default="35m", help="rollout and readiness wait")
     p.add_argument(
         "--values-mode",

@@ -41,6 +41,8 @@ def _oncall(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
         (["--release", "bad name!"], "--release"),
         (["--release", "r" * 54], "--release"),
         (["--namespace", "Bad_NS"], "--namespace"),
+        (["--helm", "helm --kube-context 'a"], "--helm"),  # an unbalanced quote
+        (["--kubectl", " "], "--kubectl"),
     ],
 )
 def test_bad_flags_stop_before_any_helm_call(tmp_path: Path, args: list[str], flag: str) -> None:

@@ -284,7 +284,8 @@ class _Yaml(YamlConfigSettingsSource):
 
 def _yaml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():  # the source would skip it
-        raise ConfigError(f"{path}: file not found; pass an existing {what}")
+        found = "a folder, not a file" if path.is_dir() else "file not found"
+        raise ConfigError(f"{path}: {found}; pass an existing {what}")
     return _Yaml(SimConfig, yaml_file=path)()
 
 

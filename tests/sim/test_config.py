@@ -126,6 +126,8 @@ def test_yaml_type_error_and_syntax_error(tmp_path: Path) -> None:
         load_yaml(yml)
     with pytest.raises(ConfigError, match="file not found"):
         load_yaml(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="a folder, not a file"):
+        load_yaml(tmp_path)
 
 
 def test_unknown_env_key_and_bad_env_value() -> None:
